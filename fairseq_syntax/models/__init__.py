@@ -1,0 +1,1 @@
+from . import syntax_transformer, pascal_presets  # noqa: F401

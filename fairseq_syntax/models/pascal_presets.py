@@ -1,0 +1,54 @@
+"""Architecture presets of the PASCAL family (Bugliarello & Okazaki, 2020)."""
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de
+
+from .syntax_transformer import syntax_defaults
+
+
+def _set_default(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+@register_model_architecture("syntax_transformer", "syntax_transformer")
+def syntax_transformer(args):
+    """A syntax transformer with no syntax mechanism: base sizes; choose mechanisms by option."""
+    syntax_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_pascal")
+def transformer_pascal(args):
+    """Transformer base (6+6 layers, 512, 8 heads) with PASCAL in the first encoder layer, all heads, sigma^2=1."""
+    _set_default(args, "encoder_syntax", "pascal")
+    _set_default(args, "pascal_variance", 1.0)
+    _set_default(args, "parent_ignoring", 0.0)
+    syntax_defaults(args)
+    transformer_wmt_en_de(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_pascal_multi30k")
+def transformer_pascal_multi30k(args):
+    """Sized for ~30k sentence pairs (Multi30k): 3+3 layers, 256, FFN 1024, 4 heads, dropout 0.3. Following the
+    paper's small-data (NC11 En-De) setting, a part of the heads is PASCAL (2 of 4) with parent ignoring 0.3."""
+    for side in ("encoder", "decoder"):
+        _set_default(args, f"{side}_layers", 3)
+        _set_default(args, f"{side}_embed_dim", 256)
+        _set_default(args, f"{side}_ffn_embed_dim", 1024)
+        _set_default(args, f"{side}_attention_heads", 4)
+    _set_default(args, "dropout", 0.3)
+    _set_default(args, "pascal_heads", 2)
+    _set_default(args, "parent_ignoring", 0.3)
+    transformer_pascal(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_pascal_tiny")
+def transformer_pascal_tiny(args):
+    """For tests: 2+2 layers, 64 dims, 4 heads of which 2 are PASCAL."""
+    for side in ("encoder", "decoder"):
+        _set_default(args, f"{side}_layers", 2)
+        _set_default(args, f"{side}_embed_dim", 64)
+        _set_default(args, f"{side}_ffn_embed_dim", 128)
+        _set_default(args, f"{side}_attention_heads", 4)
+    _set_default(args, "pascal_heads", 2)
+    transformer_pascal(args)

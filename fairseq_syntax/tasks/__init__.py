@@ -1,0 +1,1 @@
+from . import syntax_translation  # noqa: F401

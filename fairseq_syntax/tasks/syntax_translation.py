@@ -1,0 +1,89 @@
+"""The `syntax_translation` task: fairseq's translation task on a syntax data-bin (see fairseq_syntax/data/)."""
+import logging
+import os
+from dataclasses import dataclass
+
+from fairseq import utils
+from fairseq.data import data_utils, indexed_dataset
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..data.channels import LabelDictionary, SyntaxManifest, label_dict_path
+from ..data.syntax_channels import SyntaxChannels
+from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SyntaxTranslationConfig(TranslationConfig):
+    pass
+
+
+@register_task("syntax_translation", dataclass=SyntaxTranslationConfig)
+class SyntaxTranslationTask(TranslationTask):
+    """Loads the side channels next to the tokens, checks they agree, and lets the model built by this task ask
+    for the subword features it consumes (models without syntax, e.g. stock `transformer`, get plain batches)."""
+
+    cfg: SyntaxTranslationConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        # filled in build_model and shared with every dataset this task loads
+        self.net_input_features = set()
+        data_dir = utils.split_paths(cfg.data)[0]
+        self.manifest = SyntaxManifest.load(data_dir)
+        self.label_dicts = {}
+        if self.manifest is not None:
+            for lang, side in self.manifest.sides.items():
+                if side.channels:
+                    self.label_dicts[lang] = LabelDictionary.load(label_dict_path(data_dir, lang))
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        paths = utils.split_paths(self.cfg.data)
+        if split != self.cfg.train_subset:
+            paths = paths[:1]
+        data_path = paths[(epoch - 1) % len(paths)]
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        prefix = None
+        for a, b in ((src, tgt), (tgt, src)):
+            candidate = os.path.join(data_path, f"{split}.{a}-{b}.")
+            if indexed_dataset.dataset_exists(candidate + src, impl=self.cfg.dataset_impl):
+                prefix, pair = candidate, (a, b)
+                break
+        if prefix is None:
+            raise FileNotFoundError(f"Dataset not found: {split} ({data_path})")
+        src_tokens = data_utils.load_indexed_dataset(prefix + src, self.src_dict, self.cfg.dataset_impl)
+        tgt_tokens = data_utils.load_indexed_dataset(prefix + tgt, self.tgt_dict, self.cfg.dataset_impl)
+        if tgt_tokens is not None and len(tgt_tokens) != len(src_tokens):
+            raise ValueError(f"{prefix}{src}/{tgt}: {len(src_tokens)} source but {len(tgt_tokens)} target sentences")
+
+        src_syntax = None
+        manifest = SyntaxManifest.load(data_path)
+        if manifest is not None and src in manifest.sides and manifest.sides[src].channels:
+            if self.cfg.truncate_source:
+                raise ValueError("--truncate-source would cut tokens away from their syntax channels")
+            src_syntax = SyntaxChannels(data_path, split, pair[0], pair[1], src, src_tokens.sizes,
+                                        num_labels=len(self.label_dicts[src]))
+        logger.info(f"{data_path} {split} {src}-{tgt} {len(src_tokens)} examples"
+                    f"{', source syntax ' + ','.join(src_syntax.datasets) if src_syntax else ''}")
+        self.datasets[split] = SyntaxLanguagePairDataset(
+            src_tokens, src_tokens.sizes, self.src_dict,
+            tgt_tokens, tgt_tokens.sizes if tgt_tokens is not None else None, self.tgt_dict,
+            left_pad_source=self.cfg.left_pad_source,
+            left_pad_target=self.cfg.left_pad_target,
+            num_buckets=self.cfg.num_batch_buckets,
+            shuffle=(split != "test"),
+            pad_to_multiple=self.cfg.required_seq_len_multiple,
+            src_syntax=src_syntax,
+            net_input_features=self.net_input_features,
+        )
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        wanted = set(getattr(model, "syntax_features", ()))
+        if wanted and self.manifest is None:
+            raise ValueError(f"this model needs source syntax ({sorted(wanted)}) but {self.cfg.data} is not a "
+                             f"syntax data-bin (no syntax.json); run fairseq-syntax-preprocess with a source parser")
+        self.net_input_features.update(wanted)
+        return model

@@ -1,0 +1,308 @@
+"""fairseq-syntax-preprocess: raw parallel text -> parses -> sentencepiece -> a syntax data-bin.
+
+Writes, into --destdir: the fairseq data-bin (dict.{lang}.txt, {split}.{src}-{tgt}.{lang}.bin/.idx), the side
+channels of every parsed side (see fairseq_syntax/data/channels.py), dict.{lang}.labels.txt, syntax.json, the
+sentencepiece model, and per split: {split}.{lang}.txt (the kept sentences, for scoring), {split}.linemap (the
+original 1-based line number of every kept pair) and {split}.drops.tsv (every dropped line with its reason).
+"""
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fairseq.data import Dictionary, indexed_dataset
+from fairseq_syntax.data.channels import (
+    MAX_WORDS, LabelDictionary, SentenceSyntax, SideManifest, SyntaxManifest, TREE_CHANNELS, label_dict_path,
+)
+from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
+
+from .parsers import ParseError, build_parser
+from .parsers.conllu_reader import read_conllu
+from .subwords import WordAlignedEncoder, train_sentencepiece
+from .text_input import find_input, normalize_line, read_lines
+
+logger = logging.getLogger("fairseq_syntax.preprocess")
+
+
+def get_parser():
+    parser = argparse.ArgumentParser(prog="fairseq-syntax-preprocess", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-s", "--source-lang", required=True)
+    parser.add_argument("-t", "--target-lang", required=True)
+    parser.add_argument("--trainpref", required=True, help="training prefix: reads {trainpref}.{lang}[.gz]")
+    parser.add_argument("--validpref", help="comma-separated validation prefixes (valid, valid1, ...)")
+    parser.add_argument("--testpref", help="comma-separated test prefixes (test, test1, ...)")
+    parser.add_argument("--source-parser", help="spacy:MODEL | supar:PATH | conllu (reads {pref}.{lang}.conllu)")
+    parser.add_argument("--target-parser", help="as --source-parser, for the target side")
+    parser.add_argument("--spm-vocab-size", type=int, default=8000)
+    parser.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
+    parser.add_argument("--joined-dictionary", action="store_true", help="one fairseq dictionary for both sides")
+    parser.add_argument("--max-pieces", type=int, default=250,
+                        help="drop pairs where a side has more subword pieces than this")
+    parser.add_argument("--destdir", required=True)
+    parser.add_argument("--workers", type=int, default=1, help="parser processes (spaCy n_process)")
+    parser.add_argument("--batch-size", type=int, default=256, help="sentences per parser batch")
+    parser.add_argument("--seed", type=int, default=1)
+    return parser
+
+
+@dataclass
+class SplitData:
+    name: str
+    line_numbers: List[int] = field(default_factory=list)
+    texts: Dict[str, List[str]] = field(default_factory=dict)
+    trees: Dict[str, list] = field(default_factory=dict)
+    drops: List[tuple] = field(default_factory=list)  # (line, side, reason, text)
+
+
+class Preprocessor:
+    def __init__(self, args):
+        self.args = args
+        self.langs = [args.source_lang, args.target_lang]
+        self.parser_specs = {args.source_lang: args.source_parser, args.target_lang: args.target_parser}
+        self.parsers = {}
+        for lang, spec in self.parser_specs.items():
+            if spec and spec != "conllu":
+                self.parsers[lang] = build_parser(spec, lang, workers=args.workers)
+        self.stats = {"dropped": {}, "kept": {}}
+
+    def read_split(self, split: str, prefix: str) -> SplitData:
+        data = SplitData(split)
+        raw = {}
+        paths = {}
+        for lang in self.langs:
+            if self.parser_specs[lang] == "conllu":
+                paths[lang] = find_input(prefix, lang, ".conllu")
+                raw[lang] = list(read_conllu(paths[lang]))
+            else:
+                paths[lang] = find_input(prefix, lang)
+                raw[lang] = read_lines(paths[lang])
+        counts = {lang: len(raw[lang]) for lang in self.langs}
+        if len(set(counts.values())) != 1:
+            unit = {lang: "sentences" if self.parser_specs[lang] == "conllu" else "lines" for lang in self.langs}
+            raise SystemExit("mismatched inputs: " + ", ".join(
+                f"{paths[lang]} has {counts[lang]} {unit[lang]}" for lang in self.langs))
+        # 1. normalise and check every line
+        keep = []
+        texts = {lang: [] for lang in self.langs}
+        given_trees = {lang: [] for lang in self.langs if self.parser_specs[lang] == "conllu"}
+        for index in range(counts[self.langs[0]]):
+            reason, row = None, {}
+            for lang in self.langs:
+                item = raw[lang][index]
+                if self.parser_specs[lang] == "conllu":
+                    start, tree = item
+                    if isinstance(tree, ParseError):
+                        reason = reason or (lang, f"unusable tree: {tree}")
+                        row[lang] = ""
+                        continue
+                    text, problem = normalize_line(tree.text)
+                    if problem is None and text != tree.text:
+                        problem = "words carry irregular whitespace"
+                    row[lang] = tree
+                else:
+                    text, problem = normalize_line(item)
+                    row[lang] = text
+                if problem:
+                    reason = reason or (lang, problem)
+            if reason:
+                data.drops.append((index + 1, reason[0], reason[1], raw_text(raw, self.langs, reason[0], index)))
+                continue
+            keep.append(index)
+            for lang in self.langs:
+                if lang in given_trees:
+                    given_trees[lang].append(row[lang])
+                    texts[lang].append(row[lang].text)
+                else:
+                    texts[lang].append(row[lang])
+        # 2. parse the kept sentences, batched
+        trees = dict(given_trees)
+        for lang, parser in self.parsers.items():
+            trees[lang] = list(tqdm(parser.parse(texts[lang], batch_size=self.args.batch_size), total=len(keep),
+                                    desc=f"parse {split}.{lang}", unit="sent", mininterval=5, file=sys.stderr))
+        failed = set()
+        for lang in trees:
+            for position, tree in enumerate(trees[lang]):
+                if isinstance(tree, ParseError) and position not in failed:
+                    failed.add(position)
+                    data.drops.append((keep[position] + 1, lang, f"parse failed: {tree}", texts[lang][position]))
+                elif not isinstance(tree, ParseError) and len(tree.words) > MAX_WORDS and position not in failed:
+                    failed.add(position)
+                    data.drops.append((keep[position] + 1, lang, f"over {MAX_WORDS} words", texts[lang][position]))
+        survivors = [p for p in range(len(keep)) if p not in failed]
+        data.line_numbers = [keep[p] + 1 for p in survivors]
+        data.texts = {lang: [texts[lang][p] for p in survivors] for lang in self.langs}
+        data.trees = {lang: [trees[lang][p] for p in survivors] for lang in trees}
+        return data
+
+    def encode_split(self, data: SplitData, encoder: WordAlignedEncoder):
+        """Pieces (and subword->word maps) of every kept pair; drops pairs over --max-pieces."""
+        pieces = {lang: [] for lang in self.langs}
+        word_ids = {lang: [] for lang in data.trees}
+        keep = []
+        for position in range(len(data.line_numbers)):
+            row_pieces, row_ids, reason = {}, {}, None
+            for lang in self.langs:
+                if lang in data.trees:
+                    row_pieces[lang], row_ids[lang] = encoder.encode_words(data.trees[lang][position])
+                else:
+                    row_pieces[lang] = encoder.encode_text(data.texts[lang][position])
+                if len(row_pieces[lang]) > self.args.max_pieces and reason is None:
+                    reason = (lang, f"{len(row_pieces[lang])} subword pieces, over --max-pieces "
+                                    f"{self.args.max_pieces}")
+            if reason:
+                data.drops.append((data.line_numbers[position], reason[0], reason[1],
+                                   data.texts[reason[0]][position]))
+                continue
+            keep.append(position)
+            for lang in self.langs:
+                pieces[lang].append(row_pieces[lang])
+                if lang in word_ids:
+                    word_ids[lang].append(row_ids[lang])
+        data.line_numbers = [data.line_numbers[p] for p in keep]
+        data.texts = {lang: [data.texts[lang][p] for p in keep] for lang in self.langs}
+        data.trees = {lang: [data.trees[lang][p] for p in keep] for lang in data.trees}
+        return pieces, word_ids
+
+    def run(self):
+        args = self.args
+        os.makedirs(args.destdir, exist_ok=True)
+        t0 = time.time()
+        splits = [("train", args.trainpref)]
+        for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
+            for k, prefix in enumerate((prefixes or "").split(",")):
+                if prefix:
+                    splits.append((kind if k == 0 else f"{kind}{k}", prefix))
+        datas = [self.read_split(name, prefix) for name, prefix in splits]
+        parse_seconds = time.time() - t0
+
+        spm_path = os.path.join(args.destdir, "spm.model")
+        if args.spm_model:
+            if os.path.abspath(args.spm_model) != os.path.abspath(spm_path):
+                shutil.copyfile(args.spm_model, spm_path)
+        else:
+            train = datas[0]
+            train_sentencepiece((t for lang in self.langs for t in train.texts[lang]), args.spm_vocab_size,
+                                os.path.join(args.destdir, "spm"), seed=args.seed, num_threads=max(1, args.workers))
+        encoder = WordAlignedEncoder(spm_path)
+        encoded = [self.encode_split(data, encoder) for data in datas]
+
+        dictionaries = self.build_dictionaries(encoded[0][0])
+        label_dicts = self.build_label_dicts(datas)
+        src, tgt = self.langs
+        for data, (pieces, word_ids) in zip(datas, encoded):
+            for lang in self.langs:
+                self.binarize_tokens(data.name, lang, pieces[lang], dictionaries[lang])
+                if lang in data.trees:
+                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang)
+                    for tree, ids in zip(data.trees[lang], word_ids[lang]):
+                        writer.add(SentenceSyntax(
+                            word_ids=np.asarray(ids),
+                            heads=np.asarray(tree.heads),
+                            labels=np.asarray([label_dicts[lang].encode(label) for label in tree.labels]),
+                        ))
+                    writer.finalize()
+                with open(os.path.join(args.destdir, f"{data.name}.{lang}.txt"), "w", encoding="utf-8") as f:
+                    f.writelines(text + "\n" for text in data.texts[lang])
+            self.write_reports(data)
+        manifest = SyntaxManifest(
+            source_lang=src, target_lang=tgt, spm_model="spm.model",
+            sides={lang: SideManifest(parser=self.parser_specs[lang],
+                                      channels=list(TREE_CHANNELS) if lang in label_dicts else [],
+                                      num_labels=len(label_dicts[lang]) if lang in label_dicts else 0)
+                   for lang in self.langs})
+        manifest.save(args.destdir)
+        for lang, labels in label_dicts.items():
+            labels.save(label_dict_path(args.destdir, lang))
+        summary = {
+            "seconds": round(time.time() - t0, 2), "parse_seconds": round(parse_seconds, 2),
+            "splits": {d.name: {"kept": len(d.line_numbers), "dropped": len(d.drops)} for d in datas},
+            "joined_roots": {lang: getattr(p, "joined_roots", 0) for lang, p in self.parsers.items()},
+        }
+        with open(os.path.join(args.destdir, "preprocess.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        logger.info("done: %s", json.dumps(summary))
+        return summary
+
+    def build_dictionaries(self, train_pieces) -> Dict[str, Dictionary]:
+        def build(sides):
+            dictionary = Dictionary()
+            for lang in sides:
+                for sentence in train_pieces[lang]:
+                    for piece in sentence:
+                        dictionary.add_symbol(piece)
+            dictionary.finalize(threshold=0, nwords=-1, padding_factor=8)
+            return dictionary
+
+        if self.args.joined_dictionary:
+            joined = build(self.langs)
+            result = {lang: joined for lang in self.langs}
+        else:
+            result = {lang: build([lang]) for lang in self.langs}
+        for lang, dictionary in result.items():
+            dictionary.save(os.path.join(self.args.destdir, f"dict.{lang}.txt"))
+        return result
+
+    def build_label_dicts(self, datas) -> Dict[str, LabelDictionary]:
+        labels = {}
+        for data in datas:
+            for lang, trees in data.trees.items():
+                label_dict = labels.setdefault(lang, LabelDictionary())
+                for tree in trees:
+                    for label in tree.labels:
+                        label_dict.add(label)
+        return labels
+
+    def binarize_tokens(self, split, lang, sentences, dictionary):
+        src, tgt = self.langs
+        prefix = os.path.join(self.args.destdir, f"{split}.{src}-{tgt}.{lang}")
+        builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap", vocab_size=len(dictionary))
+        for pieces in tqdm(sentences, desc=f"binarize {split}.{lang}", unit="sent", mininterval=5, file=sys.stderr):
+            builder.add_item(torch.IntTensor([dictionary.index(p) for p in pieces] + [dictionary.eos()]))
+        builder.finalize(prefix + ".idx")
+
+    def write_reports(self, data: SplitData):
+        destdir = self.args.destdir
+        with open(os.path.join(destdir, f"{data.name}.linemap"), "w") as f:
+            f.writelines(f"{n}\n" for n in data.line_numbers)
+        with open(os.path.join(destdir, f"{data.name}.drops.tsv"), "w", encoding="utf-8") as f:
+            f.write("line\tside\treason\ttext\n")
+            for line, side, reason, text in sorted(data.drops):
+                f.write(f"{line}\t{side}\t{reason}\t{clean_for_report(text)}\n")
+        if data.drops:
+            logger.warning("%s: dropped %d of %d lines (reasons in %s.drops.tsv)", data.name, len(data.drops),
+                           len(data.drops) + len(data.line_numbers), data.name)
+
+
+def raw_text(raw, langs, lang, index) -> str:
+    item = raw[lang][index]
+    if isinstance(item, tuple):
+        return "" if isinstance(item[1], ParseError) else item[1].text
+    return item
+
+
+def clean_for_report(text: str) -> str:
+    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+    return text[:300]
+
+
+def cli_main(argv=None):
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
+                        stream=sys.stderr)
+    args = get_parser().parse_args(argv)
+    if args.source_parser is None and args.target_parser is None:
+        logger.warning("no --source-parser or --target-parser: the data-bin will carry tokens only")
+    return Preprocessor(args).run()
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,73 @@
+"""What every parser backend returns: one dependency tree per sentence over its words.
+
+A `ParsedSentence` keeps enough to rebuild the sentence exactly (each word with the whitespace before it), so
+subword pieces can be assigned to exactly one word and decoding the pieces gives the sentence back.
+"""
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, List, Optional, Sequence
+
+
+class ParseError(ValueError):
+    """A sentence the parser could not give a well-formed tree for (the line is dropped with this reason)."""
+
+
+@dataclass
+class ParsedSentence:
+    words: List[str]
+    # whitespace that precedes each word in the original sentence ("" for the first word and for attached words)
+    spaces_before: List[str]
+    # 1-based head word index per word, 0 for the root (CoNLL-U convention)
+    heads: List[int]
+    labels: List[str]
+    # optional per-word arc distributions: row i is a distribution over heads 0..n (n x (n+1)), from SuPar
+    arc_probs: Optional[list] = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return "".join(s + w for s, w in zip(self.spaces_before, self.words))
+
+    def validate(self) -> None:
+        """Raise ParseError unless this is a single-rooted tree over its words."""
+        n = len(self.words)
+        if n == 0:
+            raise ParseError("no words")
+        if not (len(self.spaces_before) == len(self.heads) == len(self.labels) == n):
+            raise ParseError("words, spaces, heads and labels differ in length")
+        if any(w == "" or any(c.isspace() for c in w) for w in self.words):
+            raise ParseError("a word is empty or contains whitespace")
+        if any(not (0 <= h <= n) for h in self.heads):
+            raise ParseError(f"head index outside 0..{n}")
+        if sum(1 for h in self.heads if h == 0) != 1:
+            raise ParseError(f"{sum(1 for h in self.heads if h == 0)} roots, expected 1")
+        if any(h == i + 1 for i, h in enumerate(self.heads)):
+            raise ParseError("a word is its own head")
+        for start in range(n):  # every word must reach the root without a cycle
+            seen, node = set(), start + 1
+            while node != 0:
+                if node in seen:
+                    raise ParseError("cyclic heads")
+                seen.add(node)
+                node = self.heads[node - 1]
+
+
+class Parser:
+    """A dependency parser backend. `parse` yields one item per input sentence, in order: a ParsedSentence, or a
+    ParseError instance (not raised) for a sentence that could not be parsed, so the caller can drop and report it."""
+
+    name = "parser"
+
+    def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
+        raise NotImplementedError
+
+
+def spaces_from_offsets(text: str, words: Iterable[str], starts: Iterable[int]) -> List[str]:
+    """Whitespace before each word given each word's character offset in `text`; checks words really lie there."""
+    spaces, end = [], 0
+    for word, start in zip(words, starts):
+        if text[start:start + len(word)] != word or text[end:start].strip():
+            raise ParseError(f"word {word!r} does not match the sentence at offset {start}")
+        spaces.append(text[end:start])
+        end = start + len(word)
+    if text[end:].strip():
+        raise ParseError("words do not cover the sentence")
+    return spaces

@@ -1,0 +1,189 @@
+"""Dependency parses from a SuPar (biaffine) parser over spaCy-tokenised raw sentences.
+
+Raw sentences are split into words with a blank spaCy pipeline's tokenizer (`spacy.blank(lang)`: rules only,
+nothing is downloaded), every word keeps its character offset so the whitespace between words is recorded exactly,
+and the pre-tokenised word lists are parsed by SuPar in batches. SuPar is never given `lang=` (that would make it
+tokenise with stanza, which downloads models).
+
+Trust: a SuPar model file is a pickle holding functions (dill), so it can only be read with
+`torch.load(..., weights_only=False)`, which runs arbitrary code from the file. `SuparParser` does that for the
+one file the user names (a model they trained with `fairseq-syntax-train-parser` or otherwise trust), and only for
+that load: see `trusted_supar_checkpoint`. Never point it at a model file from an untrusted source.
+"""
+import contextlib
+import itertools
+import os
+import re
+import threading
+from typing import Iterator, List, Optional, Sequence
+
+from .base import ParsedSentence, ParseError, Parser, spaces_from_offsets
+
+_WORD = re.compile(r"\S+")
+_TORCH_LOAD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def trusted_supar_checkpoint(path: str):
+    """Within this block, `torch.load` of exactly the file `path` unpickles it in full (weights_only=False).
+
+    torch >= 2.6 loads with weights_only=True, which cannot read SuPar model files (dill-pickled fields and
+    functions). SuPar calls `torch.load(path)` itself, so for the duration of the block `torch.load` is wrapped: a
+    call for `path` (the file the user named and trusts) gets weights_only=False and, without CUDA, map_location
+    "cpu"; every other call, from any thread, is passed through unchanged. The original `torch.load` is restored
+    on exit, also when loading fails.
+    """
+    import torch
+
+    target = os.path.realpath(path)
+    original = torch.load
+
+    def load(f, *args, **kwargs):
+        if isinstance(f, (str, os.PathLike)) and os.path.realpath(f) == target:
+            kwargs["weights_only"] = False
+            if not torch.cuda.is_available():
+                kwargs.setdefault("map_location", "cpu")
+        return original(f, *args, **kwargs)
+
+    with _TORCH_LOAD_LOCK:
+        torch.load = load
+        try:
+            yield
+        finally:
+            torch.load = original
+
+
+def load_supar_model(model_path: str):
+    """Load a SuPar parser from a local model file the caller trusts (see the module docstring). No downloads:
+    SuPar would treat a missing path as the name of a released model and fetch it, so a missing file is an error."""
+    if not os.path.isfile(model_path):
+        raise FileNotFoundError(f"SuPar model file not found: {model_path}")
+    import supar
+
+    with trusted_supar_checkpoint(model_path):
+        return supar.Parser.load(model_path)
+
+
+class SuparParser(Parser):
+    """Parses raw sentences with a SuPar dependency parser (trained by `fairseq-syntax-train-parser`).
+
+    `model_path` is a SuPar model file the user names and trusts (it is unpickled in full). `lang` is the language
+    of the sentences; `tokenizer_lang` picks the spaCy blank tokenizer (default: `lang`). Results carry `arc_probs`,
+    SuPar's n x (n+1) head distributions (column 0 is the root).
+    """
+
+    name = "supar"
+
+    def __init__(self, model_path: str, lang: str, tokenizer_lang: Optional[str] = None,
+                 tokens_per_batch: int = 5000):
+        import spacy
+
+        self.model_path = model_path
+        self.lang = lang
+        self.tokenizer_lang = tokenizer_lang or lang
+        self.tokens_per_batch = tokens_per_batch
+        self._tokenizer = spacy.blank(self.tokenizer_lang).tokenizer
+        self._parser = load_supar_model(model_path)
+
+    # -- tokenisation ---------------------------------------------------------------------------------------
+    def tokenize(self, sentence: str) -> ParsedSentence:
+        """Words and the whitespace before each; heads/labels left empty. Raises ParseError."""
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise ParseError("empty sentence")
+        words, starts = [], []
+        for token in self._tokenizer(sentence):
+            # spaCy keeps runs of extra whitespace as tokens; a word never contains whitespace
+            for m in _WORD.finditer(token.text):
+                words.append(m.group())
+                starts.append(token.idx + m.start())
+        if not words:
+            raise ParseError("empty sentence")
+        spaces = spaces_from_offsets(sentence, words, starts)
+        return ParsedSentence(words=words, spaces_before=spaces, heads=[], labels=[])
+
+    # -- parsing --------------------------------------------------------------------------------------------
+    def _predict(self, word_lists: List[List[str]]):
+        """One SuPar predict call; returns [(heads, labels, probs)] in input order, or raises."""
+        import torch
+
+        transform = self._parser.transform
+        # predict(prob=True) appends a 'probs' field to transform.fields, which is CoNLL's class-level list:
+        # it would grow by one per call (and every sentence built later iterates over it). Give the call a
+        # private copy and drop it afterwards.
+        had_own_fields = "fields" in vars(transform)
+        saved_fields = transform.fields
+        transform.fields = list(saved_fields)
+        try:
+            # SuPar's length bucketing draws from torch's global RNG: fork it so callers' random state is
+            # untouched and the batching (hence the output) is the same on every run.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                dataset = self._parser.predict(word_lists, prob=True, tree=True, proj=False, verbose=False,
+                                               batch_size=self.tokens_per_batch, buckets=8)
+            sentences = list(dataset.sentences)
+            if len(sentences) != len(word_lists):
+                raise RuntimeError(f"SuPar returned {len(sentences)} sentences for {len(word_lists)}")
+            out = []
+            for words, sent in zip(word_lists, sentences):
+                if list(sent.words) != words:
+                    raise RuntimeError("SuPar returned sentences in a different order")
+                heads = [int(h) for h in sent.arcs]
+                labels = [str(r) for r in sent.rels]
+                probs = getattr(sent, "probs", None)
+                if probs is not None:
+                    probs = probs.tolist()
+                out.append((heads, labels, probs))
+            return out
+        finally:
+            if had_own_fields:
+                transform.fields = saved_fields
+            else:
+                del transform.fields
+
+    def _finish(self, sent: ParsedSentence, heads, labels, probs) -> object:
+        n = len(sent.words)
+        sent.heads, sent.labels = heads, labels
+        if probs is not None:
+            if len(probs) != n or any(len(row) != n + 1 for row in probs):
+                return ParseError("arc probabilities are not n x (n+1)")
+            sent.arc_probs = probs
+        try:
+            sent.validate()
+        except ParseError as e:
+            return e
+        return sent
+
+    def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
+        """Yield, for each sentence in order, a ParsedSentence or a ParseError instance. `batch_size` sentences
+        go to SuPar per call; if a call fails or its output does not line up with its input, that batch's
+        sentences are parsed one at a time so only the offending sentence is reported as failed."""
+        batch_size = max(1, int(batch_size))
+        iterator = iter(sentences)
+        while True:
+            chunk = list(itertools.islice(iterator, batch_size))
+            if not chunk:
+                return
+            items = []
+            for s in chunk:
+                try:
+                    items.append(self.tokenize(s))
+                except ParseError as e:
+                    items.append(e)
+            todo = [i for i, it in enumerate(items) if isinstance(it, ParsedSentence)]
+            results = {}
+            if todo:
+                try:
+                    for i, res in zip(todo, self._predict([items[i].words for i in todo])):
+                        results[i] = res
+                except Exception:  # noqa: BLE001 -- fall back to one sentence at a time
+                    for i in todo:
+                        try:
+                            results[i] = self._predict([items[i].words])[0]
+                        except Exception as e:  # noqa: BLE001
+                            results[i] = ParseError(f"SuPar failed: {type(e).__name__}: {e}")
+            for i, item in enumerate(items):
+                if isinstance(item, ParsedSentence):
+                    res = results[i]
+                    yield res if isinstance(res, ParseError) else self._finish(item, *res)
+                else:
+                    yield item

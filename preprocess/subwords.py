@@ -1,0 +1,70 @@
+"""sentencepiece trained and applied so that every piece belongs to exactly one parser word and decoding the
+pieces gives the sentence back exactly.
+
+The model keeps text as is (identity normalisation, no whitespace clean-up, byte fallback for unseen
+characters). Every sentence is encoded as " " + sentence, so its first word gets the word-initial "▁" like the
+others; each word is encoded with the whitespace that precedes it, so pieces never straddle two words.
+"""
+import os
+import random
+import tempfile
+from typing import Iterable, List, Sequence, Tuple
+
+import sentencepiece as spm
+
+from .parsers.base import ParsedSentence
+
+SPM_OPTIONS = dict(
+    model_type="unigram",
+    normalization_rule_name="identity",
+    add_dummy_prefix=False,
+    remove_extra_whitespaces=False,
+    byte_fallback=True,
+    character_coverage=1.0,
+    split_digits=False,
+    minloglevel=2,
+)
+SPM_MAX_TRAINING_SENTENCES = 2_000_000
+
+
+def train_sentencepiece(sentences: Iterable[str], vocab_size: int, model_prefix: str, seed: int = 1,
+                        num_threads: int = 2) -> str:
+    """Train on the given sentences (a random sample of at most SPM_MAX_TRAINING_SENTENCES); returns .model path."""
+    sentences = list(sentences)
+    if len(sentences) > SPM_MAX_TRAINING_SENTENCES:
+        sentences = random.Random(seed).sample(sentences, SPM_MAX_TRAINING_SENTENCES)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
+        for sentence in sentences:
+            f.write(" " + sentence + "\n")
+        corpus = f.name
+    spm.set_random_generator_seed(seed)
+    try:
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=model_prefix, vocab_size=vocab_size,
+                                       num_threads=num_threads, hard_vocab_limit=False,
+                                       **SPM_OPTIONS)
+    finally:
+        os.unlink(corpus)
+    return model_prefix + ".model"
+
+
+class WordAlignedEncoder:
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+        self.processor = spm.SentencePieceProcessor(model_file=model_path)
+
+    def encode_words(self, sentence: ParsedSentence) -> Tuple[List[str], List[int]]:
+        """Pieces of the sentence and, for each piece, the 0-based index of the word it belongs to."""
+        segments = [" " + sentence.words[0]] + [s + w for s, w in zip(sentence.spaces_before[1:], sentence.words[1:])]
+        encoded = self.processor.encode(segments, out_type=str)
+        pieces, word_ids = [], []
+        for word_index, word_pieces in enumerate(encoded):
+            pieces.extend(word_pieces)
+            word_ids.extend([word_index] * len(word_pieces))
+        return pieces, word_ids
+
+    def encode_text(self, text: str) -> List[str]:
+        return self.processor.encode(" " + text, out_type=str)
+
+    def decode(self, pieces: Sequence[str]) -> str:
+        text = self.processor.decode(list(pieces))
+        return text[1:] if text.startswith(" ") else text

@@ -1,0 +1,18 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-syntax",
+    version="0.1.0",
+    description="Syntax-aware neural machine translation as a fairseq plugin",
+    packages=find_packages(include=["fairseq_syntax", "fairseq_syntax.*", "preprocess", "preprocess.*"]),
+    python_requires=">=3.10",
+    # Runtime requirements are pinned in requirements/ and installed by the Makefile: fairseq-fixed
+    # must be compiled against the installed torch, which pip's dependency resolution cannot express.
+    install_requires=[],
+    entry_points={
+        "console_scripts": [
+            "fairseq-syntax-preprocess=preprocess.cli:cli_main",
+            "fairseq-syntax-train-parser=preprocess.train_parser:cli_main",
+        ]
+    },
+)
