@@ -26,9 +26,10 @@ from fairseq_syntax.data.channels import (
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
 from .parsers import ParseError, build_parser
+from .parsers.base import realign
 from .parsers.conllu_reader import read_conllu
 from .subwords import WordAlignedEncoder, train_sentencepiece
-from .text_input import find_input, normalize_line, read_lines
+from .text_input import find_input, normalize_line, parser_view, read_lines
 
 logger = logging.getLogger("fairseq_syntax.preprocess")
 
@@ -107,7 +108,7 @@ class Preprocessor:
                         continue
                     text, problem = normalize_line(tree.text)
                     if problem is None and text != tree.text:
-                        problem = "words carry irregular whitespace"
+                        problem = "the sentence starts or ends with whitespace"
                     row[lang] = tree
                 else:
                     text, problem = normalize_line(item)
@@ -127,8 +128,10 @@ class Preprocessor:
         # 2. parse the kept sentences, batched
         trees = dict(given_trees)
         for lang, parser in self.parsers.items():
-            trees[lang] = list(tqdm(parser.parse(texts[lang], batch_size=self.args.batch_size), total=len(keep),
-                                    desc=f"parse {split}.{lang}", unit="sent", mininterval=5, file=sys.stderr))
+            parsed = tqdm(parser.parse([parser_view(t) for t in texts[lang]], batch_size=self.args.batch_size),
+                          total=len(keep), desc=f"parse {split}.{lang}", unit="sent", mininterval=5, file=sys.stderr)
+            trees[lang] = [tree if isinstance(tree, ParseError) else realign_or_error(tree, text)
+                           for tree, text in zip(parsed, texts[lang])]
         failed = set()
         for lang in trees:
             for position, tree in enumerate(trees[lang]):
@@ -281,6 +284,13 @@ class Preprocessor:
         if data.drops:
             logger.warning("%s: dropped %d of %d lines (reasons in %s.drops.tsv)", data.name, len(data.drops),
                            len(data.drops) + len(data.line_numbers), data.name)
+
+
+def realign_or_error(tree, text):
+    try:
+        return realign(tree, text)
+    except ParseError as error:
+        return error
 
 
 def raw_text(raw, langs, lang, index) -> str:

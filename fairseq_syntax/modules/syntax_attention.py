@@ -90,7 +90,9 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
             scores = scores + attn_mask.to(scores.dtype)
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
-        weights_float = F.softmax(scores, dim=-1, dtype=torch.float32)
+        # softmax in at least float32, as fairseq does for half precision
+        softmax_dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+        weights_float = F.softmax(scores, dim=-1, dtype=softmax_dtype)
         weights = weights_float.type_as(scores)
         context = torch.matmul(self.dropout_module(weights), v)  # (B, H, T, d)
         output = self.out_proj(context.permute(2, 0, 1, 3).reshape(length, batch_size, embed_dim))

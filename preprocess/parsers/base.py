@@ -71,3 +71,17 @@ def spaces_from_offsets(text: str, words: Iterable[str], starts: Iterable[int]) 
     if text[end:].strip():
         raise ParseError("words do not cover the sentence")
     return spaces
+
+
+def realign(sentence: ParsedSentence, text: str) -> ParsedSentence:
+    """The same tree with its words located in `text` (which differs from what the parser saw only in its
+    whitespace), so the whitespace before each word is the original one."""
+    offsets, position = [], 0
+    for word in sentence.words:
+        found = text.find(word, position)
+        if found < 0:
+            raise ParseError(f"word {word!r} not found in the sentence")
+        offsets.append(found)
+        position = found + len(word)
+    return ParsedSentence(sentence.words, spaces_from_offsets(text, sentence.words, offsets), sentence.heads,
+                          sentence.labels, sentence.arc_probs)

@@ -1,0 +1,134 @@
+"""PASCAL attention against a naive per-sentence, per-head, per-position loop written from equations 1-3."""
+import math
+from argparse import Namespace
+
+import pytest
+import torch
+
+from fairseq_syntax.modules import SyntaxBiasedSelfAttention
+from fairseq_syntax.modules.pascal import ParentScaledModifier
+
+EMBED_DIM, HEADS = 16, 4
+
+
+def build_attention(pascal_heads, variance=1.0, parent_ignoring=0.0, seed=0):
+    torch.manual_seed(seed)
+    args = Namespace(pascal_heads=pascal_heads, pascal_variance=variance, parent_ignoring=parent_ignoring)
+    attention = SyntaxBiasedSelfAttention(EMBED_DIM, HEADS, dropout=0.0, self_attention=True)
+    attention.score_modifier = ParentScaledModifier(args, HEADS, EMBED_DIM)
+    for p in attention.parameters():  # non-trivial biases too
+        torch.nn.init.normal_(p, std=0.5)
+    return attention.double()
+
+
+def random_batch(lengths, left_pad, seed=1):
+    """x (T, B, C), padding mask (B, T) and parent middle positions (B, T) in padded coordinates."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, width = len(lengths), max(lengths)
+    x = torch.randn(width, batch, EMBED_DIM, generator=generator, dtype=torch.float64)
+    mask = torch.zeros(batch, width, dtype=torch.bool)
+    parents = torch.zeros(batch, width, dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        offset = width - n if left_pad else 0
+        mask[b] = True
+        mask[b, offset:offset + n] = False
+        # parents anywhere inside the sentence, with half-positions as for evenly split words
+        parents[b, offset:offset + n] = offset + torch.randint(0, 2 * n - 1, (n,), generator=generator) / 2.0
+    return x, mask, parents
+
+
+def naive_pascal(attention, x, mask, parents, pascal_heads, variance, ignored_rows=None):
+    """Equations 1-3, one sentence, head, query and key at a time; padded keys get no weight."""
+    width, batch, _ = x.shape
+    d = EMBED_DIM // HEADS
+    output = torch.zeros_like(x)
+    weights = torch.zeros(batch, HEADS, width, width, dtype=x.dtype)
+    for b in range(batch):
+        q = attention.q_proj(x[:, b])
+        k = attention.k_proj(x[:, b])
+        v = attention.v_proj(x[:, b])
+        heads_out = []
+        for h in range(HEADS):
+            sl = slice(h * d, (h + 1) * d)
+            rows = []
+            for t in range(width):
+                scores = []
+                for j in range(width):
+                    s = float((q[t, sl] @ k[j, sl]).detach()) / math.sqrt(d)  # eq. 1
+                    if h < pascal_heads:
+                        ignored = ignored_rows is not None and bool(ignored_rows[b, t])
+                        density = 1.0 if ignored else math.exp(-(j - float(parents[b, t])) ** 2 / (2 * variance)) / \
+                            math.sqrt(2 * math.pi * variance)  # eq. 3
+                        s = s * density  # eq. 2
+                    scores.append(-math.inf if mask[b, j] else s)
+                row = torch.softmax(torch.tensor(scores, dtype=x.dtype), dim=0)
+                weights[b, h, t] = row
+                rows.append(row @ v[:, sl])
+            heads_out.append(torch.stack(rows))
+        output[:, b] = attention.out_proj(torch.cat(heads_out, dim=-1))
+    return output, weights
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+@pytest.mark.parametrize("pascal_heads,variance", [(1, 1.0), (2, 1.0), (4, 0.5), (3, 2.0)])
+def test_matches_naive_loop(left_pad, pascal_heads, variance):
+    attention = build_attention(pascal_heads, variance).eval()
+    x, mask, parents = random_batch([5, 7, 3], left_pad)
+    with attention.syntax_inputs({"src_parent_positions": parents}):
+        output, head_weights = attention(x, x, x, key_padding_mask=mask, need_weights=True, need_head_weights=True)
+    expected_output, expected_weights = naive_pascal(attention, x, mask, parents, pascal_heads, variance)
+    real = ~mask  # rows of padded queries are never used
+    torch.testing.assert_close(output.transpose(0, 1)[real], expected_output.transpose(0, 1)[real])
+    torch.testing.assert_close(head_weights.transpose(0, 1)[real.unsqueeze(1).expand(-1, HEADS, -1)],
+                               expected_weights[real.unsqueeze(1).expand(-1, HEADS, -1)])
+
+
+def test_each_sentence_gets_its_own_parents():
+    """The public code scaled the wrong sentences when PASCAL heads < heads: swapping two sentences' parent
+    vectors together with the sentences must swap the outputs, and only their own rows may change."""
+    attention = build_attention(pascal_heads=2).eval()
+    x, mask, parents = random_batch([6, 6, 6], left_pad=True, seed=3)
+    with attention.syntax_inputs({"src_parent_positions": parents}):
+        out, _ = attention(x, x, x, key_padding_mask=mask, need_weights=False)
+    changed = parents.clone()
+    changed[1] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    with attention.syntax_inputs({"src_parent_positions": changed}):
+        out_changed, _ = attention(x, x, x, key_padding_mask=mask, need_weights=False)
+    torch.testing.assert_close(out_changed[:, [0, 2]], out[:, [0, 2]])
+    assert not torch.allclose(out_changed[:, 1], out[:, 1])
+
+
+def test_without_syntax_is_fairseq_attention():
+    attention = build_attention(pascal_heads=4).eval()
+    x, mask, parents = random_batch([4, 6], left_pad=False)
+    plain, _ = attention(x, x, x, key_padding_mask=mask, need_weights=False)
+    expected, _ = naive_pascal(attention, x, mask, parents, pascal_heads=0, variance=1.0)
+    real = ~mask
+    torch.testing.assert_close(plain.transpose(0, 1)[real], expected.transpose(0, 1)[real])
+
+
+def test_parent_ignoring_in_training_only():
+    attention = build_attention(pascal_heads=2, parent_ignoring=0.5)
+    x, mask, parents = random_batch([8, 5, 7], left_pad=True, seed=5)
+    attention.eval()
+    with attention.syntax_inputs({"src_parent_positions": parents}):
+        eval_out, _ = attention(x, x, x, key_padding_mask=mask, need_weights=False)
+    expected, _ = naive_pascal(attention, x, mask, parents, 2, 1.0)
+    real = ~mask
+    torch.testing.assert_close(eval_out.transpose(0, 1)[real], expected.transpose(0, 1)[real])
+
+    attention.train()
+    torch.manual_seed(0)
+    with attention.syntax_inputs({"src_parent_positions": parents}):
+        _, weights = attention(x, x, x, key_padding_mask=mask, need_head_weights=True)
+    weights = weights.transpose(0, 1)  # (B, H, T, T)
+    _, kept = naive_pascal(attention, x, mask, parents, 2, 1.0)
+    _, ignored = naive_pascal(attention, x, mask, parents, 2, 1.0, ignored_rows=torch.ones_like(mask))
+    outcomes = []
+    for b, t in real.nonzero().tolist():
+        is_kept = torch.allclose(weights[b, :2, t], kept[b, :2, t])
+        is_ignored = torch.allclose(weights[b, :2, t], ignored[b, :2, t])
+        assert is_kept or is_ignored, f"row {b},{t} is neither parent-scaled nor parent-ignored"
+        torch.testing.assert_close(weights[b, 2:, t], kept[b, 2:, t])  # non-PASCAL heads never change
+        outcomes.append(is_ignored)
+    assert 0 < sum(outcomes) < len(outcomes), "with q=0.5 some rows, not all, must be ignored"
