@@ -43,7 +43,7 @@ CONFIGS: Dict[str, Dict[str, Dict[str, object]]] = {
 }
 DEFAULT_EPOCHS = {"small": 20, "base": 50}
 DATA_SECTION = dict(encoder="lstm", feat=["char"], embed=None, bert=None, unk="unk", min_freq=2, fix_len=20,
-                    buckets=32, max_len=None, punct=True, tree=True, proj=False, partial=False)
+                    buckets=32, max_len=None, punct=True, tree=False, proj=False, partial=False)
 
 
 # -- CoNLL-U preparation ------------------------------------------------------------------------------------
@@ -130,10 +130,10 @@ def evaluate_parser(model_path: str, conllu_path: str, punct: bool = True) -> di
     """UAS and LAS (percent, 0-100) of a SuPar model (a file the caller trusts) on a gold CoNLL-U file (may be
     gzipped; multiword tokens and empty nodes are dropped). Trees are decoded well-formed (MST), as the
     preprocessing does. `punct=True` counts punctuation (UD convention)."""
-    from preprocess.parsers.supar_parser import load_supar_model
+    from preprocess.parsers.supar_parser import _quiet_supar_warnings, load_supar_model
 
-    parser = load_supar_model(model_path)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _quiet_supar_warnings():
+        parser = load_supar_model(model_path)
         data = os.path.join(tmp, "eval.conllu")
         n_sent, n_words = prepare_conllu([conllu_path], data)
         _, metric = parser.evaluate(data, punct=punct, tree=True, proj=False, partial=False, verbose=False)
@@ -149,7 +149,7 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     from supar.utils import Config
     from supar.utils.logging import init_logger, logger
 
-    from preprocess.parsers.supar_parser import trusted_supar_checkpoint
+    from preprocess.parsers.supar_parser import _quiet_supar_warnings, trusted_supar_checkpoint
 
     epochs = epochs or DEFAULT_EPOCHS[config]
     output = os.path.abspath(output)
@@ -181,11 +181,13 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     if batch_size:
         kwargs["batch_size"] = batch_size
     args = Config.load(conf=ini, **kwargs)
+    logger.info("\n" + str(args))
     start = time.time()
-    parser = BiaffineDependencyParser.build(**args)
-    # train() reloads the best model from `output` (written just above by this process) at the end
-    with trusted_supar_checkpoint(output):
-        parser.train(**args)
+    with _quiet_supar_warnings():
+        parser = BiaffineDependencyParser.build(**args)
+        # train() reloads the best model from `output` (written by this very run) at the end
+        with trusted_supar_checkpoint(output):
+            parser.train(**args)
     elapsed = time.time() - start
 
     scores = {"model": output, "config": config, "epochs": epochs, "best_epoch": getattr(parser, "best_e", None),

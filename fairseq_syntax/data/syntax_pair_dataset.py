@@ -22,6 +22,18 @@ class SyntaxLanguagePairDataset(LanguagePairDataset):
             raise ValueError("syntax channels assume source = pieces + EOS; --remove-eos-from-source and "
                              "--append-bos are not supported with them")
 
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+        # fairseq-fixed 0.12.3.1's compiled batcher drops the final partial batch when
+        # required_batch_size_multiple > 1 (50 sentences, batch 64, multiple 8 -> one batch of 48): in
+        # fairseq-generate that silently loses test sentences. Batch whatever was left out.
+        covered = sum(len(batch) for batch in batches)
+        if covered < len(indices):
+            seen = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+            missing = np.asarray(indices)[~np.isin(indices, seen)]
+            batches = list(batches) + list(super().batch_by_size(missing, max_tokens, max_sentences, 1))
+        return batches
+
     def __getitem__(self, index):
         item = super().__getitem__(index)
         if self.src_syntax is not None and self.net_input_features:

@@ -15,11 +15,13 @@ import itertools
 import os
 import re
 import threading
+import warnings
 from typing import Iterator, List, Optional, Sequence
 
 from .base import ParsedSentence, ParseError, Parser, spaces_from_offsets
 
 _WORD = re.compile(r"\S+")
+DEFAULT_MAX_WORDS = 250
 _TORCH_LOAD_LOCK = threading.Lock()
 
 
@@ -53,6 +55,15 @@ def trusted_supar_checkpoint(path: str):
             torch.load = original
 
 
+@contextlib.contextmanager
+def _quiet_supar_warnings():
+    """SuPar 1.1.4 on torch 2.x warns (FutureWarning/UserWarning, from inside supar) on every batch."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"supar(\.|$)")
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"supar(\.|$)")
+        yield
+
+
 def load_supar_model(model_path: str):
     """Load a SuPar parser from a local model file the caller trusts (see the module docstring). No downloads:
     SuPar would treat a missing path as the name of a released model and fetch it, so a missing file is an error."""
@@ -70,20 +81,27 @@ class SuparParser(Parser):
     `model_path` is a SuPar model file the user names and trusts (it is unpickled in full). `lang` is the language
     of the sentences; `tokenizer_lang` picks the spaCy blank tokenizer (default: `lang`). Results carry `arc_probs`,
     SuPar's n x (n+1) head distributions (column 0 is the root).
+
+    Sentences of more than `max_words` words (None: no limit) come back as ParseError without being parsed:
+    SuPar repairs non-tree outputs with a pure-Python, recursive Chu-Liu/Edmonds whose cost grows steeply with
+    length (seconds for a 250-word sentence from a weak model) and which hits Python's recursion limit at about
+    1,000 words. `tokens_per_batch` is SuPar's own (token) batch size inside each call.
     """
 
     name = "supar"
 
     def __init__(self, model_path: str, lang: str, tokenizer_lang: Optional[str] = None,
-                 tokens_per_batch: int = 5000):
+                 max_words: Optional[int] = DEFAULT_MAX_WORDS, tokens_per_batch: int = 5000):
         import spacy
 
         self.model_path = model_path
         self.lang = lang
         self.tokenizer_lang = tokenizer_lang or lang
+        self.max_words = max_words
         self.tokens_per_batch = tokens_per_batch
         self._tokenizer = spacy.blank(self.tokenizer_lang).tokenizer
-        self._parser = load_supar_model(model_path)
+        with _quiet_supar_warnings():
+            self._parser = load_supar_model(model_path)
 
     # -- tokenisation ---------------------------------------------------------------------------------------
     def tokenize(self, sentence: str) -> ParsedSentence:
@@ -98,6 +116,8 @@ class SuparParser(Parser):
                 starts.append(token.idx + m.start())
         if not words:
             raise ParseError("empty sentence")
+        if self.max_words is not None and len(words) > self.max_words:
+            raise ParseError(f"{len(words)} words, more than max_words={self.max_words}")
         spaces = spaces_from_offsets(sentence, words, starts)
         return ParsedSentence(words=words, spaces_before=spaces, heads=[], labels=[])
 
@@ -116,7 +136,7 @@ class SuparParser(Parser):
         try:
             # SuPar's length bucketing draws from torch's global RNG: fork it so callers' random state is
             # untouched and the batching (hence the output) is the same on every run.
-            with torch.random.fork_rng(devices=[]):
+            with torch.random.fork_rng(devices=[]), _quiet_supar_warnings():
                 torch.manual_seed(0)
                 dataset = self._parser.predict(word_lists, prob=True, tree=True, proj=False, verbose=False,
                                                batch_size=self.tokens_per_batch, buckets=8)

