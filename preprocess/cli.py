@@ -44,7 +44,8 @@ def get_parser():
     parser.add_argument("--testpref", help="comma-separated test prefixes (test, test1, ...)")
     parser.add_argument("--source-parser", help="spacy:MODEL | supar:PATH | conllu (reads {pref}.{lang}.conllu)")
     parser.add_argument("--target-parser", help="as --source-parser, for the target side")
-    parser.add_argument("--spm-vocab-size", type=int, default=8000)
+    parser.add_argument("--spm-vocab-size", type=int, default=8000,
+                        help="sentencepiece vocabulary (includes 256 byte-fallback pieces, so at least ~300)")
     parser.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
     parser.add_argument("--joined-dictionary", action="store_true", help="one fairseq dictionary for both sides")
     parser.add_argument("--max-pieces", type=int, default=250,
@@ -305,7 +306,12 @@ def clean_for_report(text: str) -> str:
     return text[:300]
 
 
-def cli_main(argv=None):
+def cli_main(argv=None) -> None:
+    run(argv)
+
+
+def run(argv=None) -> dict:
+    """Preprocess as the command line says; returns the summary also written to preprocess.json."""
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
     args = get_parser().parse_args(argv)

@@ -12,6 +12,7 @@ MODEL.scores.json. Scores count every word, punctuation included (the UD convent
 leave punctuation out.
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -111,19 +112,37 @@ def write_config(path: str, config: str) -> None:
 
 
 # -- SuPar plumbing -----------------------------------------------------------------------------------------
-def _quiet_progress_bars() -> None:
-    """SuPar draws tqdm bars whenever it logs at INFO; keep the log lines but show bars only on a terminal."""
-    if sys.stderr.isatty():
-        return
+@contextlib.contextmanager
+def _supar_training_output(log_path: str):
+    """Send SuPar's training log to stderr and `log_path`; draw its tqdm bars only on a terminal. Restores the
+    supar logger and module functions afterwards (SuPar's own init_logger would configure the root logger, once)."""
+    import logging
+
     import supar.parsers.dep as dep
     import supar.utils.transform as transform
+    from supar.utils.logging import logger
     from tqdm import tqdm
 
-    def progress_bar(iterator, **kwargs):
-        return tqdm(iterator, disable=True)
+    handlers = [logging.StreamHandler(sys.stderr), logging.FileHandler(log_path, "w", encoding="utf-8")]
+    for h in handlers:
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logger.addHandler(h)
+    saved = (logger.propagate, logger.level, dep.progress_bar, transform.progress_bar)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    if not sys.stderr.isatty():
+        def progress_bar(iterator, **kwargs):
+            return tqdm(iterator, disable=True)
 
-    dep.progress_bar = progress_bar
-    transform.progress_bar = progress_bar
+        dep.progress_bar = transform.progress_bar = progress_bar
+    try:
+        yield logger
+    finally:
+        logger.propagate, level, dep.progress_bar, transform.progress_bar = saved
+        logger.setLevel(level)
+        for h in handlers:
+            logger.removeHandler(h)
+            h.close()
 
 
 def evaluate_parser(model_path: str, conllu_path: str, punct: bool = True) -> dict:
@@ -147,7 +166,6 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     import torch
     from supar import BiaffineDependencyParser
     from supar.utils import Config
-    from supar.utils.logging import init_logger, logger
 
     from preprocess.parsers.supar_parser import _quiet_supar_warnings, trusted_supar_checkpoint
 
@@ -173,17 +191,15 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     torch.manual_seed(seed)
     if threads:
         torch.set_num_threads(threads)
-    init_logger(logger, os.path.join(workdir, "train.log"))
-    _quiet_progress_bars()
 
     kwargs = dict(path=output, train=data["train"], dev=data["dev"], test=data.get("test", data["dev"]),
                   build=True, checkpoint=False, epochs=epochs, patience=patience, seed=seed, verbose=True)
     if batch_size:
         kwargs["batch_size"] = batch_size
     args = Config.load(conf=ini, **kwargs)
-    logger.info("\n" + str(args))
     start = time.time()
-    with _quiet_supar_warnings():
+    with _supar_training_output(os.path.join(workdir, "train.log")) as logger, _quiet_supar_warnings():
+        logger.info("\n" + str(args))
         parser = BiaffineDependencyParser.build(**args)
         # train() reloads the best model from `output` (written by this very run) at the end
         with trusted_supar_checkpoint(output):

@@ -16,13 +16,13 @@ import os
 import re
 import threading
 import warnings
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional
 
 from .base import ParsedSentence, ParseError, Parser, spaces_from_offsets
 
 _WORD = re.compile(r"\S+")
 DEFAULT_MAX_WORDS = 250
-_TORCH_LOAD_LOCK = threading.Lock()
+_TORCH_LOAD_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -137,7 +137,7 @@ class SuparParser(Parser):
             # SuPar's length bucketing draws from torch's global RNG: fork it so callers' random state is
             # untouched and the batching (hence the output) is the same on every run.
             with torch.random.fork_rng(devices=[]), _quiet_supar_warnings():
-                torch.manual_seed(0)
+                torch.default_generator.manual_seed(0)
                 dataset = self._parser.predict(word_lists, prob=True, tree=True, proj=False, verbose=False,
                                                batch_size=self.tokens_per_batch, buckets=8)
             sentences = list(dataset.sentences)
@@ -173,9 +173,11 @@ class SuparParser(Parser):
             return e
         return sent
 
-    def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
-        """Yield, for each sentence in order, a ParsedSentence or a ParseError instance. `batch_size` sentences
-        go to SuPar per call; if a call fails or its output does not line up with its input, that batch's
+    def parse(self, sentences: Iterable[str], batch_size: int = 256) -> Iterator[object]:
+        """Yield, for each sentence in order, a ParsedSentence or a ParseError instance (empty sentence, more than
+        `max_words` words, tokenizer/text mismatch, SuPar failure, or not a tree). Any iterable of strings is read
+        lazily; pass stripped lines: leading whitespace is kept in spaces_before[0], trailing whitespace is not
+        represented in `.text`. `batch_size` sentences go to SuPar per call; if a call fails or its output does not line up with its input, that batch's
         sentences are parsed one at a time so only the offending sentence is reported as failed."""
         batch_size = max(1, int(batch_size))
         iterator = iter(sentences)

