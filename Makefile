@@ -24,7 +24,7 @@ $(VENV)/.installed: setup.py requirements/build.txt requirements/runtime.txt req
 	touch $@
 
 test: install
-	DATA_ROOT=$(DATA_ROOT) $(PY) -m pytest -q -n 2 tests
+	DATA_ROOT=$(DATA_ROOT) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --durations=15 tests
 
 demo: install
 	DATA_ROOT=$(DATA_ROOT) DEMO_TRAIN_MINUTES=$(DEMO_TRAIN_MINUTES) bash examples/multi30k/demo.sh $(DEMO_DIR)

@@ -85,13 +85,16 @@ def read_conllu_sentences(path: str) -> Iterator[List[str]]:
         yield lines
 
 
-def prepare_conllu(paths: Sequence[str], out_path: str) -> Tuple[int, int]:
+def prepare_conllu(paths: Sequence[str], out_path: str, limit: int = None) -> Tuple[int, int]:
     """Concatenate CoNLL-U files into one plain file SuPar reads whole: every sentence, the last included, ends
-    with a blank line. Returns (sentences, words)."""
+    with a blank line (SuPar drops a last sentence without one). At most `limit` sentences if given.
+    Returns (sentences, words)."""
     n_sent = n_words = 0
     with open(out_path, "w", encoding="utf-8") as out:
         for path in paths:
             for lines in read_conllu_sentences(path):
+                if limit is not None and n_sent >= limit:
+                    break
                 out.write("\n".join(lines) + "\n\n")
                 n_sent += 1
                 n_words += sum(1 for l in lines if not l.startswith("#"))
@@ -192,7 +195,13 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     if threads:
         torch.set_num_threads(threads)
 
-    kwargs = dict(path=output, train=data["train"], dev=data["dev"], test=data.get("test", data["dev"]),
+    if "test" not in data:
+        # SuPar insists on a test set and scores it after every epoch: without --test, give it one dev sentence
+        # rather than scoring the whole dev set twice per epoch
+        data["test"] = os.path.join(workdir, "test-placeholder.conllu")
+        prepare_conllu([dev_file], data["test"], limit=1)
+
+    kwargs = dict(path=output, train=data["train"], dev=data["dev"], test=data["test"],
                   build=True, checkpoint=False, epochs=epochs, patience=patience, seed=seed, verbose=True)
     if batch_size:
         kwargs["batch_size"] = batch_size

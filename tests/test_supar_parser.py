@@ -46,7 +46,8 @@ def _read_sentences(path: Path, start: int, count: int):
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A `small` parser trained for 4 epochs on 300 EWT sentences (two --train files, one gzipped, the last
-    one without its final blank line), selected on 100 more and tested on 50 more. About 20-40 s on 2 cores."""
+    one without its final blank line), selected on 100 more and tested on 50 more. About 15-30 s. One torch
+    thread: with 2 threads on 2 busy cores (pytest -n 2) torch's spinning threads slow training 50-fold."""
     if not EWT_TRAIN.is_file():
         pytest.skip(f"UD English-EWT not found under {DATA_ROOT} (set DATA_ROOT)")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -74,7 +75,7 @@ def _train_tiny_model(d: Path):
     cmd = [sys.executable, "-m", "preprocess.train_parser",
            "--train", str(d / "train-a.conllu.gz"), "--train", str(d / "train-b.conllu"),
            "--dev", str(d / "dev.conllu.gz"), "--test", str(d / "test.conllu"),
-           "--output", str(model), "--config", "small", "--epochs", "4", "--seed", "1"]
+           "--output", str(model), "--config", "small", "--epochs", "4", "--seed", "1", "--threads", "1"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (d / "train.stdout").write_text(proc.stdout)

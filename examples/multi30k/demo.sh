@@ -32,7 +32,7 @@ echo "== 3/4 train $ARCH for at most $MINUTES minutes of wall time"
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 \
   --stop-time-hours "$("$BIN/python" -c "print($MINUTES / 60)")" --max-epoch 50 \
   --save-dir "$WORK/checkpoints/$ARCH" --no-epoch-checkpoints --cpu --seed 1 \
-  --log-format simple --log-interval 50 --num-workers 0 2>&1 | grep -v -i warn | tee "$WORK/train.$ARCH.log" | grep -E "train_inner|valid on|done training" || true
+  --log-format simple --log-interval 50 --num-workers 0 2>&1 | grep --line-buffered -v -i warn | tee "$WORK/train.$ARCH.log" | grep --line-buffered -E "train_inner|valid on|done training" || true
 echo "   training done at ${SECONDS}s"
 
 echo "== 4/4 translate test2016 (beam 5) and score"

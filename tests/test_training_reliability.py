@@ -1,0 +1,78 @@
+"""Training survives faults and scales out: resume reproduces the uninterrupted run; 2-process DDP (gloo, CPU)
+gives the loss of 1 process with the same total batch; foreign checkpoints are refused."""
+import pickle
+import re
+import socket
+
+import pytest
+import torch
+
+import fairseq_syntax  # noqa: F401
+from fairseq import checkpoint_utils
+from fairseq_syntax.checkpoint_security import UnsafeCheckpointError
+
+from .helpers import USER_DIR, run_cli, write_multi30k_sample
+from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
+
+COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
+          "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.002",
+          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--cpu", "--seed", "7",
+          "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--disable-validation"]
+
+
+def losses(result):
+    output = result if isinstance(result, str) else result.stdout + result.stderr
+    return {int(u): float(l) for l, u in re.findall(r"train_inner .*? loss=([0-9.]+), .*?num_updates=(\d+)", output)}
+
+
+def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path):  # noqa: F811
+    """PASCAL with parent ignoring and dropout (random per update), interrupted mid-epoch after 4 updates."""
+    _, destdir = data_bin
+    args = [destdir, *COMMON, "--parent-ignoring", "0.3", "--max-tokens", "600", "--no-epoch-checkpoints"]
+    straight = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "a"))
+    run_cli("fairseq-train", *args, "--max-update", "4", "--save-dir", tmp_path / "b")
+    resumed = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "b"))
+    assert sorted(straight) == list(range(1, 9)) and sorted(resumed) == [5, 6, 7, 8]
+    for update in range(5, 9):
+        assert resumed[update] == pytest.approx(straight[update], abs=1e-3), update
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin, tmp_path):  # noqa: F811
+    """fairseq's own distributed runtime on CPU: 2 workers x 1 batch per update against 1 worker x update-freq 2
+    (no dropout, so both see the same batches and the same computation)."""
+    import subprocess
+
+    from .helpers import BIN
+    _, destdir = data_bin
+    args = [destdir, *COMMON, "--dropout", "0", "--max-tokens", "600", "--max-update", "4", "--no-save"]
+    single = losses(run_cli("fairseq-train", *args, "--update-freq", "2"))
+    port = free_port()
+    env_args = ["--distributed-world-size", "2", "--distributed-no-spawn", "--distributed-backend", "gloo",
+                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--ddp-backend", "legacy_ddp"]
+    workers = [subprocess.Popen([str(BIN / "fairseq-train"), *map(str, args), *env_args, "--distributed-rank", str(r)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    assert all(w.returncode == 0 for w in workers), outputs[0][1][-3000:]
+    distributed = losses(outputs[0][0] + outputs[0][1])
+    assert sorted(single) == sorted(distributed) == [1, 2, 3, 4]
+    for update in single:
+        assert distributed[update] == pytest.approx(single[update], abs=2e-3), update
+
+
+class Foreign:
+    pass
+
+
+def test_checkpoint_with_foreign_objects_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "args": None, "payload": Foreign()}, path)
+    with pytest.raises(UnsafeCheckpointError, match=r"refusing to load checkpoint .*evil\.pt.*Foreign"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    with pytest.raises(pickle.UnpicklingError):  # nothing was switched off globally
+        torch.load(path)
