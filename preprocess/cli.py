@@ -47,7 +47,19 @@ def get_parser():
     parser.add_argument("--spm-vocab-size", type=int, default=8000,
                         help="sentencepiece vocabulary (includes 256 byte-fallback pieces, so at least ~300)")
     parser.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
-    parser.add_argument("--joined-dictionary", action="store_true", help="one fairseq dictionary for both sides")
+    parser.add_argument("--joined-dictionary", action="store_true",
+                        help="accepted for fairseq-preprocess compatibility: the sentencepiece model is joint and "
+                             "both dictionaries are its vocabulary, so they are always the same")
+    parser.add_argument("--spm-only", action="store_true",
+                        help="only train the sentencepiece model on the training split (first step of sharding)")
+    parser.add_argument("--label-dict", action="append", default=[], metavar="LANG=PATH",
+                        help="use this label dictionary for a side (e.g. from another data-bin); labels outside "
+                             "it drop the line")
+    parser.add_argument("--num-shards", type=int, default=1,
+                        help="split the training lines into this many contiguous shards ...")
+    parser.add_argument("--shard-id", type=int, default=0,
+                        help="... and process this one (0-based); valid/test are written by shard 0 only. Every "
+                             "shard needs the same --spm-model; fairseq-train reads shard0:shard1:...")
     parser.add_argument("--max-pieces", type=int, default=250,
                         help="drop pairs where a side has more subword pieces than this")
     parser.add_argument("--destdir", required=True)
@@ -65,6 +77,12 @@ class SplitData:
     trees: Dict[str, list] = field(default_factory=dict)
     drops: List[tuple] = field(default_factory=list)  # (line, side, reason, text)
 
+    def select(self, positions: List[int]) -> None:
+        """Keep only these kept-sentence positions, in step across line numbers, texts and trees."""
+        self.line_numbers = [self.line_numbers[p] for p in positions]
+        self.texts = {lang: [texts[p] for p in positions] for lang, texts in self.texts.items()}
+        self.trees = {lang: [trees[p] for p in positions] for lang, trees in self.trees.items()}
+
 
 class Preprocessor:
     def __init__(self, args):
@@ -72,10 +90,27 @@ class Preprocessor:
         self.langs = [args.source_lang, args.target_lang]
         self.parser_specs = {args.source_lang: args.source_parser, args.target_lang: args.target_parser}
         self.parsers = {}
-        for lang, spec in self.parser_specs.items():
-            if spec and spec != "conllu":
-                self.parsers[lang] = build_parser(spec, lang, workers=args.workers)
-        self.stats = {"dropped": {}, "kept": {}}
+        if not args.spm_only:
+            for lang, spec in self.parser_specs.items():
+                if spec and spec != "conllu":
+                    self.parsers[lang] = build_parser(spec, lang, workers=args.workers)
+        if not 0 <= args.shard_id < args.num_shards:
+            raise SystemExit(f"--shard-id must be in 0..{args.num_shards - 1}")
+        if args.num_shards > 1 and not args.spm_model:
+            raise SystemExit("sharded preprocessing needs the same --spm-model for every shard: train it first "
+                             "with --spm-only")
+        given = dict(item.split("=", 1) for item in args.label_dict)
+        self.given_label_dicts = {lang: LabelDictionary.load(path) for lang, path in given.items()}
+        # label ids must mean the same in every shard: then only known labels are accepted
+        self.closed_labels = set(given) | ({self.langs[0], self.langs[1]} if args.num_shards > 1 else set())
+        self.label_dicts = {}
+
+    def shard_range(self, count: int, split: str) -> range:
+        """The training lines of this shard: a contiguous chunk, so shards concatenate to the whole."""
+        if split != "train" or self.args.num_shards == 1:
+            return range(count)
+        n, i = self.args.num_shards, self.args.shard_id
+        return range(i * count // n, (i + 1) * count // n)
 
     def read_split(self, split: str, prefix: str) -> SplitData:
         data = SplitData(split)
@@ -97,7 +132,7 @@ class Preprocessor:
         keep = []
         texts = {lang: [] for lang in self.langs}
         given_trees = {lang: [] for lang in self.langs if self.parser_specs[lang] == "conllu"}
-        for index in range(counts[self.langs[0]]):
+        for index in self.shard_range(counts[self.langs[0]], split):
             reason, row = None, {}
             for lang in self.langs:
                 item = raw[lang][index]
@@ -142,10 +177,9 @@ class Preprocessor:
                 elif not isinstance(tree, ParseError) and len(tree.words) > MAX_WORDS and position not in failed:
                     failed.add(position)
                     data.drops.append((keep[position] + 1, lang, f"over {MAX_WORDS} words", texts[lang][position]))
-        survivors = [p for p in range(len(keep)) if p not in failed]
-        data.line_numbers = [keep[p] + 1 for p in survivors]
-        data.texts = {lang: [texts[lang][p] for p in survivors] for lang in self.langs}
-        data.trees = {lang: [trees[lang][p] for p in survivors] for lang in trees}
+        data.line_numbers = [index + 1 for index in keep]
+        data.texts, data.trees = texts, trees
+        data.select([p for p in range(len(keep)) if p not in failed])
         return data
 
     def encode_split(self, data: SplitData, encoder: WordAlignedEncoder):
@@ -172,9 +206,7 @@ class Preprocessor:
                 pieces[lang].append(row_pieces[lang])
                 if lang in word_ids:
                     word_ids[lang].append(row_ids[lang])
-        data.line_numbers = [data.line_numbers[p] for p in keep]
-        data.texts = {lang: [data.texts[lang][p] for p in keep] for lang in self.langs}
-        data.trees = {lang: [data.trees[lang][p] for p in keep] for lang in data.trees}
+        data.select(keep)
         return pieces, word_ids
 
     def run(self):
@@ -182,10 +214,11 @@ class Preprocessor:
         os.makedirs(args.destdir, exist_ok=True)
         t0 = time.time()
         splits = [("train", args.trainpref)]
-        for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
-            for k, prefix in enumerate((prefixes or "").split(",")):
-                if prefix:
-                    splits.append((kind if k == 0 else f"{kind}{k}", prefix))
+        if args.shard_id == 0 and not args.spm_only:
+            for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
+                for k, prefix in enumerate((prefixes or "").split(",")):
+                    if prefix:
+                        splits.append((kind if k == 0 else f"{kind}{k}", prefix))
         datas = [self.read_split(name, prefix) for name, prefix in splits]
         parse_seconds = time.time() - t0
 
@@ -197,15 +230,17 @@ class Preprocessor:
             train = datas[0]
             train_sentencepiece((t for lang in self.langs for t in train.texts[lang]), args.spm_vocab_size,
                                 os.path.join(args.destdir, "spm"), seed=args.seed, num_threads=max(1, args.workers))
+        if args.spm_only:
+            logger.info("wrote %s", spm_path)
+            return {"spm_model": spm_path}
+        label_dicts = self.build_label_dicts(datas)
         encoder = WordAlignedEncoder(spm_path)
         encoded = [self.encode_split(data, encoder) for data in datas]
-
-        dictionaries = self.build_dictionaries(encoded[0][0])
-        label_dicts = self.build_label_dicts(datas)
+        dictionary = self.build_dictionary(encoder)
         src, tgt = self.langs
         for data, (pieces, word_ids) in zip(datas, encoded):
             for lang in self.langs:
-                self.binarize_tokens(data.name, lang, pieces[lang], dictionaries[lang])
+                self.binarize_tokens(data.name, lang, pieces[lang], dictionary)
                 if lang in data.trees:
                     writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang)
                     for tree, ids in zip(data.trees[lang], word_ids[lang]):
@@ -231,40 +266,56 @@ class Preprocessor:
             "seconds": round(time.time() - t0, 2), "parse_seconds": round(parse_seconds, 2),
             "splits": {d.name: {"kept": len(d.line_numbers), "dropped": len(d.drops)} for d in datas},
             "joined_roots": {lang: getattr(p, "joined_roots", 0) for lang, p in self.parsers.items()},
+            "shard": f"{args.shard_id + 1}/{args.num_shards}",
         }
         with open(os.path.join(args.destdir, "preprocess.json"), "w") as f:
             json.dump(summary, f, indent=2)
         logger.info("done: %s", json.dumps(summary))
         return summary
 
-    def build_dictionaries(self, train_pieces) -> Dict[str, Dictionary]:
-        def build(sides):
-            dictionary = Dictionary()
-            for lang in sides:
-                for sentence in train_pieces[lang]:
-                    for piece in sentence:
-                        dictionary.add_symbol(piece)
-            dictionary.finalize(threshold=0, nwords=-1, padding_factor=8)
-            return dictionary
-
-        if self.args.joined_dictionary:
-            joined = build(self.langs)
-            result = {lang: joined for lang in self.langs}
-        else:
-            result = {lang: build([lang]) for lang in self.langs}
-        for lang, dictionary in result.items():
+    def build_dictionary(self, encoder: WordAlignedEncoder) -> Dictionary:
+        """The fairseq dictionary is the sentencepiece vocabulary itself (in its order), for both sides: it does
+        not depend on which lines a run saw, so shards and separate runs agree, and embeddings can be shared."""
+        processor = encoder.processor
+        dictionary = Dictionary()
+        for piece_id in range(processor.get_piece_size()):
+            if not (processor.is_control(piece_id) or processor.is_unknown(piece_id)):
+                dictionary.add_symbol(processor.id_to_piece(piece_id))
+        dictionary.pad_to_multiple_(8)
+        for lang in self.langs:
             dictionary.save(os.path.join(self.args.destdir, f"dict.{lang}.txt"))
-        return result
+        return dictionary
 
     def build_label_dicts(self, datas) -> Dict[str, LabelDictionary]:
-        labels = {}
+        """Given dictionaries, else the parser's label inventory plus (unless labels are closed) the labels seen.
+        With closed labels, a line with an unknown label is dropped with that reason."""
+        label_dicts = {}
+        for lang in sorted({lang for data in datas for lang in data.trees}):
+            if lang in self.given_label_dicts:
+                label_dicts[lang] = self.given_label_dicts[lang]
+                continue
+            parser = self.parsers.get(lang)
+            inventory = parser.label_inventory() if parser is not None else None
+            if inventory is None and lang in self.closed_labels:
+                raise SystemExit(f"{lang}: the {self.parser_specs[lang]} side has no fixed label set; sharded runs "
+                                 f"need --label-dict {lang}=PATH (e.g. dict.{lang}.labels.txt of a full run)")
+            label_dicts[lang] = LabelDictionary(inventory or [])
+            if lang not in self.closed_labels:
+                for data in datas:
+                    for tree in data.trees[lang]:
+                        for label in tree.labels:
+                            label_dicts[lang].add(label)
         for data in datas:
-            for lang, trees in data.trees.items():
-                label_dict = labels.setdefault(lang, LabelDictionary())
-                for tree in trees:
-                    for label in tree.labels:
-                        label_dict.add(label)
-        return labels
+            unknown = {}
+            for lang, labels in label_dicts.items():
+                for position, tree in enumerate(data.trees.get(lang, [])):
+                    missing = [label for label in tree.labels if label not in labels.index]
+                    if missing and position not in unknown:
+                        unknown[position] = (lang, f"label {missing[0]!r} is not in the label dictionary")
+            for position, (lang, reason) in unknown.items():
+                data.drops.append((data.line_numbers[position], lang, reason, data.texts[lang][position]))
+            data.select([p for p in range(len(data.line_numbers)) if p not in unknown])
+        return label_dicts
 
     def binarize_tokens(self, split, lang, sentences, dictionary):
         src, tgt = self.langs

@@ -241,7 +241,9 @@ def cli_main(argv: Iterable[str] = None) -> None:
     p.add_argument("--patience", type=int, default=10, help="stop after this many epochs without dev gain")
     p.add_argument("--batch-size", type=int, help="tokens per batch (default: from --config)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int,
+                   help="torch CPU threads (default: torch's, one per core); use 1 when other jobs share the "
+                        "cores, where torch's spinning threads slow training many-fold")
     a = p.parse_args(None if argv is None else list(argv))
     for path in a.train + [a.dev] + ([a.test] if a.test else []):
         if not os.path.isfile(path):

@@ -129,6 +129,9 @@ def test_parses_raw_sentences(parser):
             assert len(row) == n + 1
             assert all(p >= 0.0 for p in row)
             assert math.isclose(sum(row), 1.0, abs_tol=1e-4)
+    inventory = parser.label_inventory()
+    assert "nsubj" in inventory and "root" in inventory and not any(l.startswith("<") for l in inventory)
+    assert all(label in inventory for r in results for label in r.labels)
     assert results[1].words[:4] == ["I", "do", "n't", "think"]  # spaCy splits like UD syntactic words
     assert results[4].spaces_before[2] == "  "  # the double space is kept
 

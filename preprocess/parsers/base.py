@@ -56,6 +56,10 @@ class Parser:
 
     name = "parser"
 
+    def label_inventory(self) -> Optional[List[str]]:
+        """Every label this parser can output, when it has a fixed set (None otherwise)."""
+        return None
+
     def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
         raise NotImplementedError
 

@@ -22,6 +22,10 @@ class SpacyParser(Parser):
         self.n_process = n_process
         self.joined_roots = 0
 
+    def label_inventory(self):
+        labels = list(self.nlp.get_pipe("parser").labels)
+        return labels + [EXTRA_ROOT_LABEL] if EXTRA_ROOT_LABEL not in labels else labels
+
     def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
         for text, doc in zip(sentences, self.nlp.pipe(sentences, batch_size=batch_size, n_process=self.n_process)):
             try:

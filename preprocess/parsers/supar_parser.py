@@ -103,6 +103,15 @@ class SuparParser(Parser):
         with _quiet_supar_warnings():
             self._parser = load_supar_model(model_path)
 
+    def _specials(self) -> set:
+        return set(getattr(self._parser.REL, "specials", []))
+
+    def label_inventory(self) -> List[str]:
+        """The model's dependency labels (SuPar's relation vocabulary without its <bos> entry); every label
+        `parse` outputs is one of these."""
+        specials = self._specials()
+        return [label for label in self._parser.REL.vocab.itos if label not in specials]
+
     # -- tokenisation ---------------------------------------------------------------------------------------
     def tokenize(self, sentence: str) -> ParsedSentence:
         """Words and the whitespace before each; heads/labels left empty. Raises ParseError."""
@@ -162,6 +171,8 @@ class SuparParser(Parser):
 
     def _finish(self, sent: ParsedSentence, heads, labels, probs) -> object:
         n = len(sent.words)
+        if self._specials().intersection(labels):  # SuPar's argmax may, in principle, pick its <bos> label
+            return ParseError("the parser predicted a special (<bos>) label")
         sent.heads, sent.labels = heads, labels
         if probs is not None:
             if len(probs) != n or any(len(row) != n + 1 for row in probs):
