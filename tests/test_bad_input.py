@@ -194,3 +194,32 @@ def test_model_needing_syntax_on_plain_data_bin_is_refused(small_bin):
     task, cfg = load_task(small_bin)
     with pytest.raises(ValueError, match="not a syntax data-bin"):
         task.build_model(cfg.model)
+
+
+def test_sentence_the_parser_fails_on_is_dropped_in_step(tmp_path, monkeypatch):
+    from preprocess.parsers import spacy_parser
+    from preprocess.parsers.base import ParseError
+
+    original = spacy_parser.SpacyParser.from_doc
+
+    def failing_from_doc(self, text, doc):
+        if "snow" in text:
+            raise ParseError("the parser gave up")
+        return original(self, text, doc)
+
+    monkeypatch.setattr(spacy_parser.SpacyParser, "from_doc", failing_from_doc)
+    destdir = preprocess(tmp_path, GOOD, GOOD_DE)
+    assert drops(destdir) == {2: ["2", "en", "parse failed: the parser gave up", GOOD[1]]}
+    assert (destdir / "train.linemap").read_text().split() == ["1", "3", "4", "5", "6"]
+    assert (destdir / "train.de.txt").read_text().splitlines() == [GOOD_DE[i] for i in (0, 2, 3, 4, 5)]
+
+
+def test_label_outside_a_given_label_dictionary_drops_the_line(tmp_path):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(["ROOT", "det", "nsubj", "prep", "pobj", "punct", "aux", "dobj", "amod", "dep"]) + "\n")
+    destdir = preprocess(tmp_path, GOOD, GOOD_DE, "--label-dict", f"en={labels}")
+    dropped = drops(destdir)
+    assert dropped and all("is not in the label dictionary" in row[2] for row in dropped.values())
+    kept = [int(n) for n in (destdir / "train.linemap").read_text().split()]
+    assert sorted(kept + list(dropped)) == list(range(1, len(GOOD) + 1))
+    assert (destdir / "dict.en.labels.txt").read_text() == labels.read_text()

