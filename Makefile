@@ -8,7 +8,7 @@ DATA_ROOT ?= $(abspath ../shared/data)
 DEMO_DIR ?= work/demo
 DEMO_TRAIN_MINUTES ?= 10
 
-.PHONY: demo test install bench clean-demo
+.PHONY: demo test install bench clean-demo parsers
 
 install: $(VENV)/.installed
 
@@ -16,7 +16,6 @@ install: $(VENV)/.installed
 # (it has no wheel and its declared deps pull an unusable torchaudio), then the rest and this package.
 $(VENV)/.installed: setup.py requirements/build.txt requirements/runtime.txt requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip==23.2.1
 	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/build.txt
 	$(PY) -c "import fairseq" 2>/dev/null || MAX_JOBS=2 $(PY) -m pip install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
 	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/runtime.txt
@@ -34,3 +33,14 @@ bench: install
 
 clean-demo:
 	rm -rf $(DEMO_DIR)
+
+# SuPar parsers with UD labels (offline, from ../shared/data/ud), used as --source-parser supar:PATH
+UD := $(DATA_ROOT)/ud
+parsers: install
+	mkdir -p parsers
+	$(PY) -m preprocess.train_parser --train $(UD)/UD_English-EWT/en_ewt-ud-train.conllu.gz \
+	  --dev $(UD)/UD_English-EWT/en_ewt-ud-dev.conllu.gz --test $(UD)/UD_English-EWT/en_ewt-ud-test.conllu.gz \
+	  --output parsers/en_ewt.supar --config small
+	$(PY) -m preprocess.train_parser --train $(UD)/UD_German-GSD/de_gsd-ud-dev.conllu.gz \
+	  --train $(UD)/UD_German-PUD/de_pud-ud-test.conllu.gz \
+	  --dev $(UD)/UD_German-GSD/de_gsd-ud-test.conllu.gz --output parsers/de_gsd_pud.supar --config small

@@ -13,6 +13,7 @@ setup(
         "console_scripts": [
             "fairseq-syntax-preprocess=preprocess.cli:cli_main",
             "fairseq-syntax-train-parser=preprocess.train_parser:cli_main",
+            "fairseq-syntax-evaluate=fairseq_syntax.evaluation.cli:cli_main",
         ]
     },
 )

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -114,7 +115,8 @@ def main():
     measured = {name: {"train_wps": [], "generate_sps": []} for name in ARCHS}
     for repeat in range(args.repeats):
         for name in ARCHS:
-            save_dir = workdir / "checkpoints" / name
+            save_dir = workdir / "checkpoints" / f"{name}.{repeat}"
+            shutil.rmtree(save_dir, ignore_errors=True)  # a fresh run, not a resume
             measured[name]["train_wps"].append(train(data_bin, name, save_dir, args.updates))
             measured[name]["generate_sps"].append(generate(data_bin, save_dir / "checkpoint_last.pt"))
             print(f"repeat {repeat}: {name}: train {measured[name]['train_wps'][-1]:.0f} words/s, "

@@ -47,6 +47,10 @@ _PAIR_NAME = re.compile(r"^(?P<lang>en)_(?P<phenomenon>reflexive|particle|prepos
 _PAIR_DIR = re.compile(r"^(?P<a>[a-z]{2})-(?P<b>[a-z]{2})$")
 
 
+class ChallengeSetError(ValueError):
+    """A challenge set that cannot be read as asked (unknown direction, sides of different lengths)."""
+
+
 def default_data_root() -> Path:
     return Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data"))
 
@@ -87,7 +91,7 @@ class ChallengeSetInfo:
 
     def side(self, direction: str) -> str:
         """Where the phenomenon is for a translation direction: "source", "target" or "both" (reordering)."""
-        src, _ = _split_direction(direction)
+        src, _ = split_direction(direction)
         if self.phenomenon_lang is None:
             return "both"
         return "source" if self.phenomenon_lang == src else "target"
@@ -122,10 +126,10 @@ class ChallengeSet:
         return len(self.sources)
 
 
-def _split_direction(direction: str) -> Tuple[str, str]:
+def split_direction(direction: str) -> Tuple[str, str]:
     parts = direction.split("-")
     if len(parts) != 2 or not all(parts):
-        raise ValueError(f"direction must look like en-de, got {direction!r}")
+        raise ChallengeSetError(f"direction must look like en-de, got {direction!r}")
     return parts[0], parts[1]
 
 
@@ -225,12 +229,12 @@ def read_ids(path: Path, count: int) -> Optional[List[int]]:
 
 def load(info: ChallengeSetInfo, direction: str) -> ChallengeSet:
     """Sources and references of a set for one direction (e.g. "en-de": English sources, German references)."""
-    src, tgt = _split_direction(direction)
+    src, tgt = split_direction(direction)
     if {src, tgt} != set(info.langs):
-        raise ValueError(f"{info.name} is {'-'.join(info.langs)}; it has no direction {direction}")
+        raise ChallengeSetError(f"{info.name} is {'-'.join(info.langs)}; it has no direction {direction}")
     sources, references = read_lines(info.files[src]), read_lines(info.files[tgt])
     if len(sources) != len(references):
-        raise ValueError(f"challenge set {info.name}: {info.files[src]} has {len(sources)} lines but "
+        raise ChallengeSetError(f"challenge set {info.name}: {info.files[src]} has {len(sources)} lines but "
                          f"{info.files[tgt]} has {len(references)}")
     ids = read_ids(info.ids_file, len(sources)) if info.ids_file is not None else None
     return ChallengeSet(info, direction, sources, references, ids)

@@ -27,19 +27,18 @@ class ScoreModification:
     mode: str = "multiply"
 
     def apply(self, scores: Tensor) -> Tensor:
-        """scores: (B, H, T_query, T_key) scaled dot products."""
+        """scores: (B, H, T_query, T_key) scaled dot products, changed in place (autograd-safe: the matmul that
+        made them does not keep its output, and the product keeps only `matrix`) to avoid copies of B x H x T x T."""
         modified = scores[:, : self.num_heads]
         if self.mode == "multiply":
-            modified = modified * self.matrix
+            modified.mul_(self.matrix)
         elif self.mode == "add":
-            modified = modified + self.matrix
+            modified.add_(self.matrix)
         elif self.mode == "replace":
-            modified = self.matrix.expand_as(modified)
+            modified.copy_(self.matrix.expand_as(modified))
         else:
             raise ValueError(f"unknown score modification mode {self.mode!r}")
-        if self.num_heads == scores.size(1):
-            return modified
-        return torch.cat([modified, scores[:, self.num_heads:]], dim=1)
+        return scores
 
 
 class SyntaxBiasedSelfAttention(MultiheadAttention):
@@ -89,7 +88,7 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
         if attn_mask is not None:
             scores = scores + attn_mask.to(scores.dtype)
         if key_padding_mask is not None:
-            scores = scores.masked_fill(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
+            scores.masked_fill_(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
         # softmax in at least float32, as fairseq does for half precision
         softmax_dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
         weights_float = F.softmax(scores, dim=-1, dtype=softmax_dtype)

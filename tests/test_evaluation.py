@@ -1,0 +1,474 @@
+"""fairseq-syntax-evaluate: scores against sacrebleu/nltk computed here, fairseq-generate parsing with a real
+sentencepiece model, the paired bootstrap against sacrebleu's own command, length buckets against a hand count,
+the challenge-set reader on the real files, UAS/LAS, the plots and the errors."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+from nltk.translate.ribes_score import corpus_ribes
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+from fairseq_syntax.evaluation import challenge_sets, metrics, plots
+from fairseq_syntax.evaluation.cli import PieceDecoder, cli_main, main, read_system
+from fairseq_syntax.evaluation.metrics import EvaluationError
+
+REFERENCES = [
+    "A man in a blue shirt is standing on a ladder cleaning windows.",
+    "Two young girls are playing in the sand at the beach.",
+    "A dog runs across the grass with a ball in its mouth.",
+    "The woman is reading a book while sitting on a bench.",
+    "Several people are walking down a busy city street.",
+    "A little boy jumps into a swimming pool.",
+    "Three men are working on a construction site.",
+    "A cyclist rides through the mountains on a sunny day.",
+    "The children are laughing at a clown.",
+    "A chef prepares food in a restaurant kitchen.",
+    "An old man sits alone on a park bench feeding pigeons.",
+    "Two dogs are fighting over a stick in the snow.",
+]
+# close to the references (a few words changed)
+GOOD = [
+    "A man in a blue shirt stands on a ladder cleaning windows.",
+    "Two young girls are playing in the sand on the beach.",
+    "A dog runs across the grass with a ball in his mouth.",
+    "The woman reads a book while sitting on a bench.",
+    "Several people are walking down a busy street.",
+    "A small boy jumps into a swimming pool.",
+    "Three men are working at a construction site.",
+    "A cyclist rides through mountains on a sunny day.",
+    "The children laugh at a clown.",
+    "A chef prepares food in the kitchen of a restaurant.",
+    "An old man sits on a park bench feeding pigeons.",
+    "Two dogs fight over a stick in the snow.",
+]
+# far from them (word salad, missing words)
+BAD = [
+    "man blue ladder windows",
+    "girls sand beach playing two",
+    "grass dog ball",
+    "woman book bench the",
+    "people street walking",
+    "boy pool",
+    "men working site three",
+    "cyclist day mountains",
+    "children clown",
+    "food chef kitchen",
+    "pigeons old man bench",
+    "dogs snow stick",
+]
+SOURCES = [  # word counts: 11, 3, 6, 1, 7, 2, 9, 4, 5, 12, 3, 8
+    "ein Mann in einem blauen Hemd steht auf einer Leiter .",
+    "zwei Mädchen spielen",
+    "ein Hund rennt über das Gras",
+    "Frau",
+    "mehrere Leute gehen eine Straße entlang .",
+    "kleiner Junge",
+    "drei Männer arbeiten auf einer Baustelle , heute .",
+    "ein Radfahrer fährt durch",
+    "die Kinder lachen über einen",
+    "ein Koch bereitet heute Essen in der Küche eines Restaurants zu .",
+    "ein alter Mann",
+    "zwei Hunde streiten sich um einen Stock im",
+]
+
+
+def write_lines(path: Path, lines) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    return {"ref": write_lines(tmp_path / "ref.txt", REFERENCES), "good": write_lines(tmp_path / "good.txt", GOOD),
+            "bad": write_lines(tmp_path / "bad.txt", BAD), "src": write_lines(tmp_path / "src.txt", SOURCES)}
+
+
+def assert_png(path: Path, min_bytes: int = 2000):
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert len(data) > min_bytes, f"{path} is only {len(data)} bytes"
+
+
+# --------------------------------------------------------------------------------------------- scores
+
+def test_cli_scores_equal_sacrebleu_and_nltk(files, tmp_path):
+    out = tmp_path / "out"
+    main(["--system", f"good={files['good']}", "--system", f"bad={files['bad']}", "--references", str(files["ref"]),
+          "--sources", str(files["src"]), "--bootstrap-samples", "200", "--out-dir", str(out), "--quiet"])
+    results = json.loads((out / "results.json").read_text())
+    for name, hyps in (("good", GOOD), ("bad", BAD)):
+        scores = results["systems"][name]
+        bleu, chrf, ter = BLEU(), CHRF(word_order=2), TER()
+        assert scores["bleu"]["score"] == pytest.approx(bleu.corpus_score(hyps, [REFERENCES]).score, abs=1e-9)
+        assert scores["chrf++"]["score"] == pytest.approx(chrf.corpus_score(hyps, [REFERENCES]).score, abs=1e-9)
+        assert scores["ter"]["score"] == pytest.approx(ter.corpus_score(hyps, [REFERENCES]).score, abs=1e-9)
+        assert scores["bleu"]["signature"] == str(bleu.get_signature())
+        assert scores["chrf++"]["signature"] == str(chrf.get_signature()) and "nw:2" in str(chrf.get_signature())
+        assert scores["ter"]["signature"] == str(ter.get_signature())
+        # RIBES: nltk on 13a-tokenized, whitespace-split text, times 100
+        tok = sacrebleu.tokenizers.tokenizer_13a.Tokenizer13a()
+        expected = corpus_ribes([[tok(r).split()] for r in REFERENCES], [tok(h).split() for h in hyps])
+        assert scores["ribes"]["score"] == pytest.approx(100 * expected, abs=1e-9)
+        assert "tok:13a" in scores["ribes"]["signature"]
+    assert results["systems"]["good"]["bleu"]["score"] > results["systems"]["bad"]["bleu"]["score"]
+    markdown = (out / "results.md").read_text()
+    assert "| good |" in markdown and "BLEU by source length" in markdown
+    assert f"{results['systems']['good']['bleu']['score']:.2f}" in markdown
+    assert_png(out / "bleu_ci.png")
+    assert_png(out / "bleu_by_length.png")
+
+
+def test_multiple_references_and_ribes_options():
+    second = [r.replace("A ", "One ", 1) for r in REFERENCES]
+    scores = metrics.corpus_scores(GOOD, [REFERENCES, second])
+    assert scores["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(GOOD, [REFERENCES, second]).score)
+    assert scores["bleu"]["signature"].startswith("nrefs:2")
+    ribes = metrics.corpus_ribes(GOOD, REFERENCES, tokenize="none")
+    expected = corpus_ribes([[r.split()] for r in REFERENCES], [h.split() for h in GOOD])
+    assert ribes["score"] == pytest.approx(100 * expected)
+    assert metrics.corpus_ribes(["", "a"], ["a b", "a"])["score"] == pytest.approx(0.0)  # degenerate: no crash
+
+
+def test_paired_bootstrap_equals_sacrebleu_command(files, monkeypatch):
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    ours = metrics.paired_bootstrap({"bad": BAD, "good": GOOD}, REFERENCES, baseline="bad")
+    command = [sys.executable, "-m", "sacrebleu", str(files["ref"]), "-i", str(files["bad"]), str(files["good"]),
+               "--paired-bs", "-m", "bleu", "chrf", "ter", "--chrf-word-order", "2", "-f", "json"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    theirs = json.loads(subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout)
+    names = {"bleu": "BLEU", "chrf++": "chrF2++", "ter": "TER"}
+    for row, system in zip(theirs, ("bad", "good")):
+        for key, name in names.items():
+            for field in ("score", "mean", "ci", "p_value"):
+                expected, got = row[name][field], ours["systems"][system][key][field]
+                assert (got is None) == (expected is None), (system, key, field)
+                if expected is not None:
+                    assert got == pytest.approx(expected, rel=1e-6, abs=1e-9), (system, key, field)
+    assert ours["baseline"] == "bad" and ours["n_samples"] == 1000
+    assert ours["systems"]["good"]["bleu"]["p_value"] < 0.05
+    assert "bs:1000" in ours["signatures"]["bleu"] and "seed:12345" in ours["signatures"]["bleu"]
+    # without a baseline every system still gets its confidence interval, and no p-value
+    alone = metrics.paired_bootstrap({"good": GOOD, "bad": BAD}, REFERENCES, n_samples=100, keys=("bleu",))
+    assert all(alone["systems"][s]["bleu"]["ci"] > 0 and alone["systems"][s]["bleu"]["p_value"] is None
+               for s in ("good", "bad"))
+    with pytest.raises(EvaluationError, match="baseline 'nope'"):
+        metrics.paired_bootstrap({"good": GOOD}, REFERENCES, baseline="nope")
+
+
+def test_length_buckets_against_hand_count():
+    counts = [len(s.split()) for s in SOURCES]
+    assert counts == [11, 3, 6, 1, 7, 2, 9, 4, 5, 12, 3, 8]
+    assert metrics.length_bucket_labels((3, 6, 10)) == ["0-2", "3-5", "6-9", "10+"]
+    buckets = metrics.bleu_by_length(GOOD, REFERENCES, SOURCES, edges=(3, 6, 10))
+    # by hand: 0-2 words: sentences 3, 5; 3-5: 1, 7, 8, 10; 6-9: 2, 4, 6, 11; 10+: 0, 9
+    members = {"0-2": [3, 5], "3-5": [1, 7, 8, 10], "6-9": [2, 4, 6, 11], "10+": [0, 9]}
+    assert [b["bucket"] for b in buckets] == list(members)
+    for bucket in buckets:
+        indices = members[bucket["bucket"]]
+        assert bucket["sentences"] == len(indices)
+        expected = sacrebleu.corpus_bleu([GOOD[i] for i in indices], [[REFERENCES[i] for i in indices]]).score
+        assert bucket["bleu"] == pytest.approx(expected)
+    empty = metrics.bleu_by_length(GOOD, REFERENCES, SOURCES, edges=(20, 30))
+    assert [b["sentences"] for b in empty] == [12, 0, 0] and empty[1]["bleu"] is None
+    with pytest.raises(EvaluationError):
+        metrics.bleu_by_length(GOOD, REFERENCES, SOURCES, edges=(5, 5))
+
+
+# --------------------------------------------------------------------------------- fairseq-generate format
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory, data_root):
+    from preprocess.subwords import train_sentencepiece
+    with gzip.open(data_root / "multi30k" / "task1_raw" / "train.de.gz", "rt", encoding="utf-8") as f:
+        sentences = [next(f).rstrip("\n") for _ in range(400)]
+    return Path(train_sentencepiece(sentences + REFERENCES + GOOD, 400,
+                                    str(tmp_path_factory.mktemp("spm") / "spm"), num_threads=1))
+
+
+def write_generate_output(path: Path, hypotheses, sources, encoder, order):
+    """fairseq-generate's format: S/T/H/D/P lines per sentence, sentences in `order`, plus a worse second
+    hypothesis (n-best) after the best one."""
+    lines = []
+    for i in order:
+        pieces = " ".join(encoder.encode_text(hypotheses[i]))
+        lines += [f"S-{i}\t{' '.join(encoder.encode_text(sources[i]))}", f"T-{i}\t{' '.join(encoder.encode_text('x'))}",
+                  f"H-{i}\t-0.5\t{pieces}", f"D-{i}\t-0.5\t{pieces}", f"P-{i}\t-0.1 -0.2",
+                  f"H-{i}\t-0.9\t{' '.join(encoder.encode_text('wrong'))}"]
+    lines.append("Generate test with beam=5: BLEU4 = 1.00")
+    return write_lines(path, ["2024-01-01 | INFO | fairseq_cli.generate | loading"] + lines)
+
+
+def test_generate_output_ids_out_of_order_decoded_with_sentencepiece(spm_model, files, tmp_path):
+    from preprocess.subwords import WordAlignedEncoder
+    encoder = WordAlignedEncoder(str(spm_model))
+    order = [5, 0, 11, 3, 1, 2, 10, 4, 9, 6, 8, 7]
+    generate = write_generate_output(tmp_path / "gen.txt", GOOD, SOURCES, encoder, order)
+    assert "\u2581" in generate.read_text()
+    output = read_system("good", generate, len(REFERENCES), PieceDecoder(spm_model), "the references")
+    assert output.format == "fairseq-generate"
+    assert output.hypotheses == GOOD  # id order, best hypothesis of each id, decoded exactly
+    assert output.sources == SOURCES
+
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="good.txt: no sentencepiece pieces"):  # plain text next to pieces: kept
+        main(["--system", f"gen={generate}", "--system", f"plain={files['good']}", "--references", str(files["ref"]),
+              "--spm-model", str(spm_model), "--bootstrap-samples", "0", "--out-dir", str(out), "--quiet"])
+    results = json.loads((out / "results.json").read_text())
+    expected = sacrebleu.corpus_bleu(GOOD, [REFERENCES]).score
+    assert results["systems"]["gen"]["bleu"]["score"] == pytest.approx(expected)
+    assert results["systems"]["plain"]["bleu"]["score"] == pytest.approx(expected)
+    assert results["systems"]["gen"]["format"] == "fairseq-generate"
+    assert "S- lines" in results["sources_from"]  # length buckets from the decoded S lines when no --sources
+    assert sum(b["sentences"] for b in results["systems"]["gen"]["length_buckets"]) == len(REFERENCES)
+    assert_png(out / "bleu_ci.png")  # without bootstrap: the scores without intervals
+
+    # pieces without the model that decodes them are an error, not silently scored
+    with pytest.raises(EvaluationError, match="--spm-model"):
+        read_system("good", generate, len(REFERENCES), PieceDecoder(None), "the references")
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+def test_count_mismatch_is_an_error_naming_the_file(files, tmp_path, capsys):
+    short = write_lines(tmp_path / "short.txt", GOOD[:-1])
+    with pytest.raises(EvaluationError, match="short.txt.*11 hypothesis lines.*12"):
+        main(["--system", f"s={short}", "--references", str(files["ref"]), "--quiet"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--system", f"s={short}", "--references", str(files["ref"]), "--quiet"])
+    assert exit_info.value.code == 2
+    assert "short.txt" in capsys.readouterr().err
+
+    generate = write_lines(tmp_path / "gen.txt", [f"H-{i}\t-1.0\t{GOOD[i]}" for i in range(12) if i != 7] +
+                           ["H-15\t-1.0\tx"])
+    with pytest.raises(EvaluationError, match=r"gen.txt.*ids missing \(first: \[7\]\).*beyond them \(first: \[15\]\)"):
+        main(["--system", f"g={generate}", "--references", str(files["ref"]), "--quiet"])
+    with pytest.raises(EvaluationError, match="not found"):
+        main(["--system", f"m={tmp_path / 'missing.txt'}", "--references", str(files["ref"]), "--quiet"])
+    with pytest.raises(EvaluationError, match="baseline"):
+        main(["--system", f"g={files['good']}", "--references", str(files["ref"]), "--baseline", "x", "--quiet"])
+    short_sources = write_lines(tmp_path / "src_short.txt", SOURCES[:3])
+    with pytest.raises(EvaluationError, match="src_short.txt has 3 sources"):
+        main(["--system", f"g={files['good']}", "--references", str(files["ref"]), "--sources", str(short_sources),
+              "--quiet"])
+
+
+# ----------------------------------------------------------------------------------------------- trees
+
+def test_attachment_scores_by_hand():
+    gold_heads, gold_labels = [[2, 3, 0, 3, 3]], [["det", "nsubj", "root", "obj", "punct"]]
+    pred_heads, pred_labels = [[2, 3, 0, 2, 3]], [["det", "obj", "root", "obj", "punct"]]
+    # heads right: words 1, 2, 3, 5 (4 of 5); heads and labels right: 1, 3, 5 (3 of 5)
+    scores = metrics.attachment_scores(gold_heads, gold_labels, pred_heads, pred_labels)
+    assert (scores["uas"], scores["las"], scores["words"]) == (80.0, 60.0, 5)
+    no_punct = metrics.attachment_scores(gold_heads, gold_labels, pred_heads, pred_labels, ignore_labels=["punct"])
+    assert (no_punct["uas"], no_punct["las"], no_punct["ignored_words"]) == (75.0, 50.0, 1)
+    sub = metrics.attachment_scores([[0, 1]], [["root", "nmod:poss"]], [[0, 1]], [["root", "nmod"]],
+                                    label_level="universal")
+    assert sub["las"] == 100.0
+    with pytest.raises(EvaluationError, match="sentence 0"):
+        metrics.attachment_scores([[2, 0]], [["a", "root"]], [[0]], [["root"]])
+
+
+CONLLU_GOLD = """# text = The dog barks .
+1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_
+2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_
+3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\tSpaceAfter=No
+4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_
+
+"""
+
+
+def test_cli_trees_attention_and_plots(files, tmp_path):
+    gold = tmp_path / "parsed.conllu"
+    gold.write_text(CONLLU_GOLD)
+    generated = tmp_path / "generated.conllu"
+    # "dog" gets the wrong label, "." the wrong head: UAS 3/4, LAS 2/4
+    generated.write_text(CONLLU_GOLD.replace("3\tnsubj", "3\tobj").replace("PUNCT\t_\t_\t3", "PUNCT\t_\t_\t2"))
+    attention = tmp_path / "att.npz"
+    rng = np.random.default_rng(0)
+    np.savez(attention, weights=rng.dirichlet(np.ones(4), size=(2, 4)), query_tokens=np.array(["a", "b", "c", "d"]),
+             highlight=np.array([1, 2, -1, 2]))
+    out = tmp_path / "out"
+    main(["--system", f"good={files['good']}", "--system", f"bad={files['bad']}", "--references", str(files["ref"]),
+          "--sources", str(files["src"]), "--baseline", "bad", "--bootstrap-samples", "100",
+          "--generated-trees", f"good={generated}", "--parsed-trees", f"good={gold}",
+          "--attention", str(attention), "--attention-head", "1", "--out-dir", str(out), "--quiet"])
+    results = json.loads((out / "results.json").read_text())
+    trees = results["systems"]["good"]["trees"]
+    assert (trees["uas"], trees["las"], trees["words"]) == (75.0, 50.0, 4)
+    assert results["bootstrap"]["baseline"] == "bad"
+    assert results["bootstrap"]["systems"]["good"]["bleu"]["p_value"] is not None
+    for name in ("bleu_ci", "bleu_by_length", "tree", "attention"):
+        assert_png(out / f"{name}.png")
+        assert Path(results["plots"][name]) == out / f"{name}.png"
+    markdown = (out / "results.md").read_text()
+    assert "good (baseline)" not in markdown and "bad (baseline)" in markdown and "UAS" in markdown
+
+    # a generated tree need not be well-formed to be scored (two roots here); a different word count is an error
+    two_roots = tmp_path / "two_roots.conllu"
+    two_roots.write_text(CONLLU_GOLD.replace("2\tdog\tdog\tNOUN\t_\t_\t3", "2\tdog\tdog\tNOUN\t_\t_\t0"))
+    results = main(["--system", f"good={files['good']}", "--references", str(files["ref"]), "--bootstrap-samples",
+                    "0", "--generated-trees", f"good={two_roots}", "--parsed-trees", f"good={gold}", "--quiet"])
+    assert results["systems"]["good"]["trees"]["uas"] == 75.0
+    shorter = tmp_path / "shorter.conllu"
+    shorter.write_text("\n".join(CONLLU_GOLD.splitlines()[:4]) + "\n\n")
+    with pytest.raises(EvaluationError, match="shorter.conllu.*sentence 0"):
+        main(["--system", f"good={files['good']}", "--references", str(files["ref"]), "--bootstrap-samples", "0",
+              "--generated-trees", f"good={shorter}", "--parsed-trees", f"good={gold}", "--quiet"])
+
+
+def test_plot_functions_write_png(tmp_path):
+    paths = [
+        plots.plot_scores_with_ci({"a": {"score": 30.0, "mean": 29.9, "ci": 1.1, "p_value": None},
+                                   "b": {"score": 31.5, "mean": 31.4, "ci": 0.9, "p_value": 0.01}},
+                                  tmp_path / "ci.png", baseline="a"),
+        plots.plot_bleu_by_length({"a": metrics.bleu_by_length(GOOD, REFERENCES, SOURCES, (3, 6)),
+                                   "b": metrics.bleu_by_length(BAD, REFERENCES, SOURCES, (3, 6))},
+                                  tmp_path / "len.png"),
+        plots.plot_attention_heatmap(np.full((3, 3), 1 / 3), ["x", "y", "z"], path=tmp_path / "att.png",
+                                     highlight=[1, None, 1]),
+        plots.plot_dependency_tree(["The", "dog", "barks", "."], [2, 3, 0, 3], ["det", "nsubj", "root", "punct"],
+                                   tmp_path / "tree.png", title="tree"),
+        plots.plot_challenge_scores({"en_reflexive": {"a": 10.0, "b": 12.0}, "en_particle_news": {"a": 9.0, "b": None}},
+                                    tmp_path / "challenge.png"),
+    ]
+    for path in paths:
+        assert_png(path)
+    with pytest.raises(ValueError):
+        plots.plot_attention_heatmap(np.ones((2, 3)), ["x", "y"], ["p", "q"], path=tmp_path / "bad.png")
+    with pytest.raises(ValueError):
+        plots.plot_dependency_tree(["a", "b"], [0, 5], None, tmp_path / "bad.png")
+
+
+# ---------------------------------------------------------------------------------------- challenge sets
+
+def test_challenge_set_reader_on_the_real_files(data_root):
+    directory = challenge_sets.default_challenge_dir(data_root)
+    if not directory.is_dir():
+        pytest.skip(f"no challenge sets at {directory}")
+    infos = {info.name: info for info in challenge_sets.discover(directory)}
+
+    # naming: phenomenon side, domain, minimum / exact distance
+    info = infos["en_particle_exactly3"]
+    assert (info.phenomenon, info.phenomenon_lang, info.domain, info.distance, info.exact) == \
+        ("particle", "en", "books", 3, True)
+    assert (infos["de_reflexive_news"].domain, infos["de_reflexive_news"].distance,
+            infos["de_reflexive_news"].exact, infos["de_reflexive_news"].tokenized) == ("news", 1, False, True)
+    assert infos["Books_reorder5"].phenomenon == "reorder" and infos["Books_reorder5"].phenomenon_lang is None
+    assert "newstest2013" not in infos  # the corpus itself is not a challenge set
+
+    # phenomenon x domain x direction of the En<->De sets: an en_* set is a source-side challenge for En->De and a
+    # target-side one for De->En, a de_* set the reverse (German preposition stranding exists for books only)
+    seen = {(i.phenomenon, i.domain, d, i.side(d)) for i in infos.values() if i.langs == ("en", "de")
+            for d in i.directions}
+    for phenomenon in ("reflexive", "particle", "preposition_stranding"):
+        for domain in ("books", "news"):
+            expected = {(phenomenon, domain, "en-de", "source"), (phenomenon, domain, "de-en", "target")}
+            if (phenomenon, domain) != ("preposition_stranding", "news"):
+                expected |= {(phenomenon, domain, "de-en", "source"), (phenomenon, domain, "en-de", "target")}
+            assert expected <= seen, (phenomenon, domain)
+    assert ("preposition_stranding", "news", "en-de", "target") not in seen
+    assert {"en-tr", "en-ru", "en-ko"} <= {"-".join(i.langs) for i in infos.values()}
+
+    # the sizes Choshen & Abend (2022) used (SOURCE.txt)
+    sizes = {"en_reflexive": 1188, "en_particle_exactly0": 3953, "en_preposition_stranding": 191,
+             "en_reflexive_news": 11, "en_particle_news": 17, "en_preposition_stranding_news": 8,
+             "de_particle": 7584, "de_particle_news": 232}
+    for name, size in sizes.items():
+        loaded = challenge_sets.load(infos[name], "en-de")
+        assert len(loaded) == len(loaded.references) == size
+        assert loaded.ids is not None and len(loaded.ids) == size
+
+    # en-de: English sources, German references; de-en the other way round
+    en_de = challenge_sets.load(infos["en_particle_exactly3"], "en-de")
+    de_en = challenge_sets.load(infos["en_particle_exactly3"], "de-en")
+    assert en_de.sources == de_en.references and en_de.references == de_en.sources
+    assert (en_de.side, de_en.side) == ("source", "target")
+    assert en_de.sources[1] == '"At any rate, it makes us no worse off than we were before," remarked Mary.'
+
+    # the repeated *_exactly*.ids: 16 pairs, an ids file of 48 lines (the list 3 times); the ids are the first 16
+    # and name the same pairs as in the minimum-distance set they were drawn from
+    raw_ids = [int(x) for x in challenge_sets.read_lines(info.ids_file)]
+    assert len(raw_ids) == 48 and raw_ids == raw_ids[:16] * 3
+    assert en_de.ids == raw_ids[:16]
+    for exact_name, base_name in (("en_particle_exactly3", "en_particle3"), ("de_reflexive_exactly0", "de_reflexive0"),
+                                  ("en_reflexive_news_exactly", "en_reflexive_news")):
+        exact = challenge_sets.load(infos[exact_name], "en-de")
+        base = challenge_sets.load(infos[base_name], "en-de")
+        by_id = {i: (s, r) for i, s, r in zip(base.ids, base.sources, base.references)}
+        assert [by_id[i] for i in exact.ids] == list(zip(exact.sources, exact.references)), exact_name
+    # de_reflexive_exactly0.ids is not a whole number of copies (later copies are truncated prefixes)
+    reflexive = challenge_sets.load(infos["de_reflexive_exactly0"], "de-en")
+    assert len(reflexive) == 6422 and len(reflexive.ids) == 6422
+    assert len(challenge_sets.read_lines(infos["de_reflexive_exactly0"].ids_file)) == 29013
+
+    # iterating with filters gives sets with their sentences
+    news = list(challenge_sets.iter_challenge_sets(directory, directions=["de-en"], domains=["news"],
+                                                   phenomena=["reflexive"]))
+    assert {s.name for s in news} == {"en_reflexive_news", "en_reflexive_news_exactly", "de_reflexive_news",
+                                      "de_reflexive_news_exactly"}
+    assert all(s.direction == "de-en" and len(s.sources) == len(s.references) > 0 for s in news)
+
+
+def test_read_ids_checks_the_repetition(tmp_path):
+    path = tmp_path / "x.ids"
+    write_lines(path, map(str, [3, 5, 9, 3, 5, 9, 3, 5]))
+    assert challenge_sets.read_ids(path, 3) == [3, 5, 9]
+    write_lines(path, map(str, [3, 5, 9, 3, 7, 9]))
+    with pytest.warns(UserWarning, match="does not repeat"):
+        assert challenge_sets.read_ids(path, 3) is None
+    write_lines(path, map(str, [3, 5]))
+    with pytest.warns(UserWarning):
+        assert challenge_sets.read_ids(path, 3) is None
+
+
+def test_challenge_export_and_score(data_root, tmp_path):
+    directory = challenge_sets.default_challenge_dir(data_root)
+    if not directory.is_dir():
+        pytest.skip(f"no challenge sets at {directory}")
+    export_dir = tmp_path / "export"
+    sets = "en_particle_news,en_particle_news_exactly,de_particle_news,en_reflexive_news"
+    manifest = main(["challenge", "export", "--challenge-dir", str(directory), "--direction", "en-de", "--sets", sets,
+                     "--out-dir", str(export_dir)])
+    sources = challenge_sets.read_lines(export_dir / "challenge.en")
+    references = challenge_sets.read_lines(export_dir / "challenge.de")
+    # pairs in several sets (en_particle_news_exactly is a subset of en_particle_news; some news sentences have
+    # both an English and a German particle) are written once
+    infos = {i.name: i for i in challenge_sets.discover(directory)}
+    pairs = {pair for name in sets.split(",") for pair in
+             zip(*(lambda s: (s.sources, s.references))(challenge_sets.load(infos[name], "en-de")))}
+    assert len(sources) == len(references) == manifest["sentences"] == len(pairs) < 17 + 11 + 232 + 11
+    assert set(zip(sources, references)) == pairs
+    entries = {e["name"]: e for e in manifest["sets"]}
+    assert entries["en_particle_news_exactly"]["sentences"] == 11
+    assert set(entries["en_particle_news_exactly"]["indices"]) <= set(entries["en_particle_news"]["indices"])
+    assert entries["de_particle_news"]["side"] == "target" and entries["en_particle_news"]["side"] == "source"
+
+    perfect = write_lines(tmp_path / "perfect.txt", references)
+    # a data-bin that dropped line 2: one hypothesis per kept line, and the linemap of kept lines (1-based)
+    kept = [n for n in range(1, len(references) + 1) if n != 2]
+    partial = write_lines(tmp_path / "partial.txt", [references[n - 1] for n in kept])
+    linemap = write_lines(tmp_path / "test.linemap", map(str, kept))
+    out = tmp_path / "scores"
+    results = main(["challenge", "score", "--manifest", str(export_dir / "manifest.json"), "--system",
+                    f"perfect={perfect}", "--out-dir", str(out), "--quiet"])
+    for row in results["sets"]:
+        assert row["systems"]["perfect"]["bleu"]["score"] == pytest.approx(100.0)
+        assert row["direction"] == "en-de" and row["sentences"] == entries[row["name"]]["sentences"]
+    assert_png(out / "challenge_bleu.png")
+    assert "en_particle_news †" in (out / "results.md").read_text()
+
+    partial_results = main(["challenge", "score", "--manifest", str(export_dir / "manifest.json"), "--system",
+                            f"partial={partial}", "--linemap", str(linemap), "--quiet"])
+    dropped = {row["name"]: row["dropped"] for row in partial_results["sets"]}
+    line_two_sets = {e["name"] for e in manifest["sets"] if 1 in e["indices"]}
+    assert {name for name, count in dropped.items() if count} == line_two_sets
+    with pytest.raises(EvaluationError, match="partial.txt"):  # without the linemap the count is wrong
+        main(["challenge", "score", "--manifest", str(export_dir / "manifest.json"), "--system",
+              f"partial={partial}", "--quiet"])
