@@ -5,13 +5,16 @@ channels of every parsed side (see fairseq_syntax/data/channels.py), dict.{lang}
 sentencepiece model, and per split: {split}.{lang}.txt (the kept sentences, for scoring), {split}.linemap (the
 original 1-based line number of every kept pair) and {split}.drops.tsv (every dropped line with its reason).
 """
-import argparse
+import time
+
+IMPORT_START = time.time()  # startup (imports, parser loading) is reported separately
+
+import argparse  # noqa: E402
 import json
 import logging
 import os
 import shutil
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -220,7 +223,8 @@ class Preprocessor:
                     if prefix:
                         splits.append((kind if k == 0 else f"{kind}{k}", prefix))
         datas = [self.read_split(name, prefix) for name, prefix in splits]
-        parse_seconds = time.time() - t0
+        stages = {"read_and_parse": time.time() - t0}
+        mark = time.time()
 
         spm_path = os.path.join(args.destdir, "spm.model")
         if args.spm_model:
@@ -230,6 +234,8 @@ class Preprocessor:
             train = datas[0]
             train_sentencepiece((t for lang in self.langs for t in train.texts[lang]), args.spm_vocab_size,
                                 os.path.join(args.destdir, "spm"), seed=args.seed, num_threads=max(1, args.workers))
+        stages["sentencepiece_training"] = time.time() - mark
+        mark = time.time()
         if args.spm_only:
             logger.info("wrote %s", spm_path)
             return {"spm_model": spm_path}
@@ -237,6 +243,8 @@ class Preprocessor:
         encoder = WordAlignedEncoder(spm_path)
         encoded = [self.encode_split(data, encoder) for data in datas]
         dictionary = self.build_dictionary(encoder)
+        stages["labels_and_subwords"] = time.time() - mark
+        mark = time.time()
         src, tgt = self.langs
         for data, (pieces, word_ids) in zip(datas, encoded):
             for lang in self.langs:
@@ -253,6 +261,7 @@ class Preprocessor:
                 with open(os.path.join(args.destdir, f"{data.name}.{lang}.txt"), "w", encoding="utf-8") as f:
                     f.writelines(text + "\n" for text in data.texts[lang])
             self.write_reports(data)
+        stages["binarize_and_write"] = time.time() - mark
         manifest = SyntaxManifest(
             source_lang=src, target_lang=tgt, spm_model="spm.model",
             sides={lang: SideManifest(parser=self.parser_specs[lang],
@@ -263,7 +272,8 @@ class Preprocessor:
         for lang, labels in label_dicts.items():
             labels.save(label_dict_path(args.destdir, lang))
         summary = {
-            "seconds": round(time.time() - t0, 2), "parse_seconds": round(parse_seconds, 2),
+            "seconds": round(time.time() - t0, 2), "startup_seconds": round(t0 - IMPORT_START, 2),
+            "stage_seconds": {stage: round(seconds, 2) for stage, seconds in stages.items()},
             "splits": {d.name: {"kept": len(d.line_numbers), "dropped": len(d.drops)} for d in datas},
             "joined_roots": {lang: getattr(p, "joined_roots", 0) for lang, p in self.parsers.items()},
             "shard": f"{args.shard_id + 1}/{args.num_shards}",
