@@ -187,29 +187,26 @@ class Preprocessor:
 
     def encode_split(self, data: SplitData, encoder: WordAlignedEncoder):
         """Pieces (and subword->word maps) of every kept pair; drops pairs over --max-pieces."""
-        pieces = {lang: [] for lang in self.langs}
-        word_ids = {lang: [] for lang in data.trees}
+        threads = max(1, self.args.workers)
+        encoded = {}
+        for lang in self.langs:
+            if lang in data.trees:
+                encoded[lang] = encoder.encode_many_words(data.trees[lang], num_threads=threads)
+            else:
+                encoded[lang] = [(pieces, None) for pieces in encoder.encode_texts(data.texts[lang], threads)]
         keep = []
         for position in range(len(data.line_numbers)):
-            row_pieces, row_ids, reason = {}, {}, None
-            for lang in self.langs:
-                if lang in data.trees:
-                    row_pieces[lang], row_ids[lang] = encoder.encode_words(data.trees[lang][position])
-                else:
-                    row_pieces[lang] = encoder.encode_text(data.texts[lang][position])
-                if len(row_pieces[lang]) > self.args.max_pieces and reason is None:
-                    reason = (lang, f"{len(row_pieces[lang])} subword pieces, over --max-pieces "
-                                    f"{self.args.max_pieces}")
-            if reason:
-                data.drops.append((data.line_numbers[position], reason[0], reason[1],
-                                   data.texts[reason[0]][position]))
-                continue
-            keep.append(position)
-            for lang in self.langs:
-                pieces[lang].append(row_pieces[lang])
-                if lang in word_ids:
-                    word_ids[lang].append(row_ids[lang])
+            too_long = [lang for lang in self.langs if len(encoded[lang][position][0]) > self.args.max_pieces]
+            if too_long:
+                lang = too_long[0]
+                data.drops.append((data.line_numbers[position], lang,
+                                   f"{len(encoded[lang][position][0])} subword pieces, over --max-pieces "
+                                   f"{self.args.max_pieces}", data.texts[lang][position]))
+            else:
+                keep.append(position)
         data.select(keep)
+        pieces = {lang: [encoded[lang][p][0] for p in keep] for lang in self.langs}
+        word_ids = {lang: [encoded[lang][p][1] for p in keep] for lang in data.trees}
         return pieces, word_ids
 
     def run(self):

@@ -52,18 +52,36 @@ class WordAlignedEncoder:
         self.model_path = model_path
         self.processor = spm.SentencePieceProcessor(model_file=model_path)
 
+    @staticmethod
+    def segments(sentence: ParsedSentence) -> List[str]:
+        """Each word with the whitespace before it (the first word gets the sentence's leading " ")."""
+        return [" " + sentence.words[0]] + [s + w for s, w in zip(sentence.spaces_before[1:], sentence.words[1:])]
+
     def encode_words(self, sentence: ParsedSentence) -> Tuple[List[str], List[int]]:
         """Pieces of the sentence and, for each piece, the 0-based index of the word it belongs to."""
-        segments = [" " + sentence.words[0]] + [s + w for s, w in zip(sentence.spaces_before[1:], sentence.words[1:])]
-        encoded = self.processor.encode(segments, out_type=str)
-        pieces, word_ids = [], []
-        for word_index, word_pieces in enumerate(encoded):
-            pieces.extend(word_pieces)
-            word_ids.extend([word_index] * len(word_pieces))
-        return pieces, word_ids
+        return self.encode_many_words([sentence])[0]
+
+    def encode_many_words(self, sentences: Sequence[ParsedSentence], num_threads: int = 2):
+        """encode_words for many sentences in one call into sentencepiece (its threads, no per-word Python call)."""
+        flat, bounds = [], [0]
+        for sentence in sentences:
+            flat.extend(self.segments(sentence))
+            bounds.append(len(flat))
+        encoded = self.processor.encode(flat, out_type=str, num_threads=num_threads)
+        results = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            pieces, word_ids = [], []
+            for word_index, word_pieces in enumerate(encoded[start:end]):
+                pieces.extend(word_pieces)
+                word_ids.extend([word_index] * len(word_pieces))
+            results.append((pieces, word_ids))
+        return results
 
     def encode_text(self, text: str) -> List[str]:
         return self.processor.encode(" " + text, out_type=str)
+
+    def encode_texts(self, texts: Sequence[str], num_threads: int = 2) -> List[List[str]]:
+        return self.processor.encode([" " + text for text in texts], out_type=str, num_threads=num_threads)
 
     def decode(self, pieces: Sequence[str]) -> str:
         text = self.processor.decode(list(pieces))
