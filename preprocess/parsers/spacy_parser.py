@@ -1,7 +1,17 @@
-"""spaCy 1-best dependency parses (any installed pipeline with a parser), batched with nlp.pipe."""
-from typing import Iterator, Sequence
+"""spaCy 1-best dependency parses (any installed pipeline with a parser), batched with nlp.pipe.
+
+Only the components the parser needs run (its tok2vec/transformer and the parser: tagger, NER, lemmatizer...
+do not change the parse). With several workers, the sentences are split into chunks parsed by forked processes
+that send back compact trees, not spaCy Docs: spaCy's own n_process serialises whole Docs and gains little.
+"""
+import multiprocessing
+from typing import Iterator, List, Sequence
 
 from .base import ParsedSentence, ParseError, Parser
+
+PARSER_COMPONENTS = ("tok2vec", "transformer", "parser")
+CHUNK_SIZE = 1000
+_FORKED_PARSER = None  # the parser a forked worker inherits
 
 # A line that spaCy splits into several sentences has several roots; later roots are attached to the first one
 # with this label, so the line stays one tree (counted in the preprocess report).
@@ -13,12 +23,7 @@ class SpacyParser(Parser):
         import spacy
 
         self.name = f"spacy:{model}"
-        try:
-            self.nlp = spacy.load(model, exclude=["ner", "lemmatizer", "textcat"])
-        except OSError as error:
-            raise SystemExit(f"cannot load spaCy pipeline {model!r}: {error}") from None
-        if "parser" not in self.nlp.pipe_names:
-            raise SystemExit(f"spaCy pipeline {model!r} has no dependency parser")
+        self.nlp = load_parser_pipeline(model)
         self.n_process = n_process
         self.joined_roots = 0
 
@@ -27,11 +32,29 @@ class SpacyParser(Parser):
         return labels + [EXTRA_ROOT_LABEL] if EXTRA_ROOT_LABEL not in labels else labels
 
     def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
-        for text, doc in zip(sentences, self.nlp.pipe(sentences, batch_size=batch_size, n_process=self.n_process)):
+        sentences = list(sentences)
+        if self.n_process <= 1 or len(sentences) < 2 * CHUNK_SIZE or "fork" not in multiprocessing.get_all_start_methods():
+            yield from self.parse_chunk(sentences, batch_size)
+            return
+        global _FORKED_PARSER
+        _FORKED_PARSER = self
+        chunks = [(sentences[i:i + CHUNK_SIZE], batch_size) for i in range(0, len(sentences), CHUNK_SIZE)]
+        try:
+            with multiprocessing.get_context("fork").Pool(self.n_process) as pool:
+                for results, joined_roots in pool.imap(_parse_in_worker, chunks):
+                    self.joined_roots += joined_roots
+                    yield from results
+        finally:
+            _FORKED_PARSER = None
+
+    def parse_chunk(self, sentences: Sequence[str], batch_size: int) -> List[object]:
+        results = []
+        for text, doc in zip(sentences, self.nlp.pipe(sentences, batch_size=batch_size)):
             try:
-                yield self.from_doc(text, doc)
+                results.append(self.from_doc(text, doc))
             except ParseError as error:
-                yield error
+                results.append(error)
+        return results
 
     def from_doc(self, text: str, doc) -> ParsedSentence:
         if len(doc) == 0:
@@ -55,3 +78,25 @@ class SpacyParser(Parser):
             raise ParseError("the parser's words do not reproduce the sentence")
         parsed.validate()
         return parsed
+
+
+def load_parser_pipeline(model: str):
+    """The spaCy pipeline with only what its dependency parser needs enabled."""
+    import spacy
+
+    try:
+        nlp = spacy.load(model)
+    except OSError as error:
+        raise SystemExit(f"cannot load spaCy pipeline {model!r}: {error}") from None
+    if "parser" not in nlp.pipe_names:
+        raise SystemExit(f"spaCy pipeline {model!r} has no dependency parser")
+    nlp.select_pipes(enable=[name for name in nlp.pipe_names if name in PARSER_COMPONENTS])
+    return nlp
+
+
+def _parse_in_worker(job):
+    sentences, batch_size = job
+    parser = _FORKED_PARSER
+    before = parser.joined_roots
+    results = parser.parse_chunk(sentences, batch_size)
+    return results, parser.joined_roots - before
