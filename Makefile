@@ -40,7 +40,7 @@ parsers: install
 	mkdir -p parsers
 	$(PY) -m preprocess.train_parser --train $(UD)/UD_English-EWT/en_ewt-ud-train.conllu.gz \
 	  --dev $(UD)/UD_English-EWT/en_ewt-ud-dev.conllu.gz --test $(UD)/UD_English-EWT/en_ewt-ud-test.conllu.gz \
-	  --output parsers/en_ewt.supar --config small
+	  --output parsers/en_ewt.supar --config small --epochs 8
 	$(PY) -m preprocess.train_parser --train $(UD)/UD_German-GSD/de_gsd-ud-dev.conllu.gz \
 	  --train $(UD)/UD_German-PUD/de_pud-ud-test.conllu.gz \
-	  --dev $(UD)/UD_German-GSD/de_gsd-ud-test.conllu.gz --output parsers/de_gsd_pud.supar --config small
+	  --dev $(UD)/UD_German-GSD/de_gsd-ud-test.conllu.gz --output parsers/de_gsd_pud.supar --config small --epochs 20

@@ -33,12 +33,36 @@ ARCHS = {
 }
 
 
+PEAK_RSS = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); " \
+           "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+
+
 def run(args, **kwargs):
+    """Run a command; its output, with the peak resident memory of the command (a wrapper process measures it)."""
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, **kwargs)
+    result = subprocess.run([sys.executable, "-c", PEAK_RSS, *[str(a) for a in args]], capture_output=True,
+                            text=True, env=env, **kwargs)
     if result.returncode != 0:
         sys.exit(f"{args[0]} failed:\n{result.stderr[-4000:]}")
     return result.stdout + result.stderr
+
+
+def peak_mb(log: str) -> float:
+    return int(re.findall(r"PEAK_RSS_KB (\d+)", log)[-1]) / 1024
+
+
+def channel_bytes_per_token(data_bin: Path, split="train", pair="en-de", lang="en"):
+    """Bytes of each side channel of a side per source token (EOS included), next to the tokens' own."""
+    tokens = data_bin / f"{split}.{pair}.{lang}.bin"
+    index = data_bin / f"{split}.{pair}.{lang}.idx"
+    from fairseq.data import indexed_dataset
+    dataset = indexed_dataset.MMapIndexedDataset(str(tokens)[:-4])  # keep it alive: sizes is a view of its mmap
+    num_tokens = int(dataset.sizes.sum())
+    sizes = {"tokens": (tokens.stat().st_size + index.stat().st_size) / num_tokens}
+    for path in sorted(data_bin.glob(f"{split}.{pair}.{lang}.*.bin")):
+        channel = path.name[len(f"{split}.{pair}.{lang}."):-4]
+        sizes[channel] = (path.stat().st_size + path.with_suffix(".idx").stat().st_size) / num_tokens
+    return sizes
 
 
 def ensure_data_bin(args) -> Path:
@@ -64,7 +88,7 @@ def train(data_bin, name, save_dir, updates):
     rates = [float(x) for x in re.findall(r"train_inner .*?wps=([0-9.]+)", log)]
     if len(rates) < 2:
         sys.exit(f"too few log intervals in the {name} training log")
-    return statistics.mean(rates[1:])  # the first interval includes warm-up
+    return statistics.mean(rates[1:]), peak_mb(log)  # the first interval includes warm-up
 
 
 def generate(data_bin, checkpoint):
@@ -73,7 +97,7 @@ def generate(data_bin, checkpoint):
                "--beam", "5", "--batch-size", "64", "--max-len-a", "0", "--max-len-b", "25", "--min-len", "25",
                "--cpu", "--num-workers", "0"])
     match = re.search(r"Translated ([0-9,]+) sentences .* in ([0-9.]+)s", log)
-    return int(match.group(1).replace(",", "")) / float(match.group(2))
+    return int(match.group(1).replace(",", "")) / float(match.group(2)), peak_mb(log)
 
 
 def preprocess_vs_parser(workdir: Path, lines: int):
@@ -137,13 +161,17 @@ def main():
 
 
 def measure_models(args, workdir, data_bin):
-    measured = {name: {"train_wps": [], "generate_sps": []} for name in ARCHS}
+    measured = {name: {"train_wps": [], "generate_sps": [], "train_peak_mb": [], "generate_peak_mb": []}
+                for name in ARCHS}
     for repeat in range(args.repeats):
         for name in ARCHS:
             save_dir = workdir / "checkpoints" / f"{name}.{repeat}"
             shutil.rmtree(save_dir, ignore_errors=True)  # a fresh run, not a resume
-            measured[name]["train_wps"].append(train(data_bin, name, save_dir, args.updates))
-            measured[name]["generate_sps"].append(generate(data_bin, save_dir / "checkpoint_last.pt"))
+            for key, value in zip(("train_wps", "train_peak_mb"), train(data_bin, name, save_dir, args.updates)):
+                measured[name][key].append(value)
+            for key, value in zip(("generate_sps", "generate_peak_mb"),
+                                  generate(data_bin, save_dir / "checkpoint_last.pt")):
+                measured[name][key].append(value)
             print(f"repeat {repeat}: {name}: train {measured[name]['train_wps'][-1]:.0f} words/s, "
                   f"generate {measured[name]['generate_sps'][-1]:.1f} sentences/s", flush=True)
     medians = {name: {k: statistics.median(v) for k, v in m.items()} for name, m in measured.items()}
@@ -152,7 +180,12 @@ def measure_models(args, workdir, data_bin):
         "ratio_train_words_per_second": medians["pascal"]["train_wps"] / medians["vanilla"]["train_wps"],
         "ratio_generate_sentences_per_second": medians["pascal"]["generate_sps"] / medians["vanilla"]["generate_sps"],
     }
+    report["ratio_train_peak_memory"] = medians["pascal"]["train_peak_mb"] / medians["vanilla"]["train_peak_mb"]
+    report["channel_bytes_per_token"] = channel_bytes_per_token(Path(data_bin))
     print(f"train words/s      PASCAL / vanilla = {report['ratio_train_words_per_second']:.3f}  (target >= 0.95)")
+    print(f"train peak memory  PASCAL / vanilla = {report['ratio_train_peak_memory']:.3f}  "
+          f"({medians['pascal']['train_peak_mb']:.0f} vs {medians['vanilla']['train_peak_mb']:.0f} MB)")
+    print("bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in report["channel_bytes_per_token"].items()))
     print(f"generate sent/s    PASCAL / vanilla = {report['ratio_generate_sentences_per_second']:.3f}  "
           f"(target >= 0.95)")
     return report
