@@ -2,11 +2,14 @@
 pieces gives the sentence back exactly.
 
 The model keeps text as is (identity normalisation, no whitespace clean-up, byte fallback for unseen
-characters). Every sentence is encoded as " " + sentence, so its first word gets the word-initial "▁" like the
+characters). Whitespace other than " " (tab, no-break space, ...) is kept out of the vocabulary, so it is always
+encoded as byte pieces (<0x09>, <0xC2><0xA0>): fairseq dictionaries and generate output are whitespace-separated,
+and a piece containing a tab or a no-break space would be split apart there. Every sentence is encoded as " " + sentence, so its first word gets the word-initial "▁" like the
 others; each word is encoded with the whitespace that precedes it, so pieces never straddle two words.
 """
 import os
 import random
+import re
 import tempfile
 from typing import Iterable, List, Sequence, Tuple
 
@@ -25,6 +28,7 @@ SPM_OPTIONS = dict(
     minloglevel=2,
 )
 SPM_MAX_TRAINING_SENTENCES = 2_000_000
+OTHER_WHITESPACE = re.compile(r"[^\S ]")
 
 
 def train_sentencepiece(sentences: Iterable[str], vocab_size: int, model_prefix: str, seed: int = 1,
@@ -35,7 +39,7 @@ def train_sentencepiece(sentences: Iterable[str], vocab_size: int, model_prefix:
         sentences = random.Random(seed).sample(sentences, SPM_MAX_TRAINING_SENTENCES)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
         for sentence in sentences:
-            f.write(" " + sentence + "\n")
+            f.write(" " + OTHER_WHITESPACE.sub(" ", sentence) + "\n")
         corpus = f.name
     spm.set_random_generator_seed(seed)
     try:

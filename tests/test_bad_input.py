@@ -223,3 +223,21 @@ def test_label_outside_a_given_label_dictionary_drops_the_line(tmp_path):
     kept = [int(n) for n in (destdir / "train.linemap").read_text().split()]
     assert sorted(kept + list(dropped)) == list(range(1, len(GOOD) + 1))
     assert (destdir / "dict.en.labels.txt").read_text() == labels.read_text()
+
+
+def test_odd_unicode_survives_the_whole_chain(tmp_path):
+    """Zero-width space, combining accent, right-to-left mark, emoji, no-break space, tab: kept, and the binarized
+    pieces decode to exactly the original sentence."""
+    from fairseq.data import Dictionary, data_utils
+    from preprocess.subwords import WordAlignedEncoder
+
+    odd = ["A cafe\u0301 sign\u200b here.", "Two\u00a0dogs \u200fplay\tin the snow 🐕.", "Ünïcödé wörds everywhere!"]
+    src = GOOD[:3] + odd + GOOD[3:]
+    destdir = preprocess(tmp_path, src, GOOD_DE + ["Eins.", "Zwei.", "Drei."])
+    assert drops(destdir) == {}
+    dictionary = Dictionary.load(str(destdir / "dict.en.txt"))
+    assert not any(len(symbol.split()) != 1 for symbol in dictionary.symbols)  # text formats split on whitespace
+    tokens = data_utils.load_indexed_dataset(str(destdir / "train.en-de.en"), dictionary, "mmap")
+    encoder = WordAlignedEncoder(str(destdir / "spm.model"))
+    decoded = [encoder.decode(dictionary.string(tokens[i]).split()) for i in range(len(tokens))]
+    assert decoded == src
