@@ -24,11 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 BIN = Path(sys.executable).parent
-SIZE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-        "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
-        "--decoder-attention-heads", "4", "--dropout", "0.3"]
 ARCHS = {
-    "vanilla": ["--arch", "transformer", *SIZE],
+    "vanilla": ["--arch", "transformer_multi30k"],
     "pascal": ["--arch", "transformer_pascal_multi30k"],
 }
 

@@ -16,9 +16,7 @@ from preprocess.subwords import WordAlignedEncoder
 
 from .helpers import USER_DIR, run_cli, write_multi30k_sample
 
-TINY_VANILLA = ["--arch", "transformer", "--encoder-layers", "2", "--decoder-layers", "2",
-                "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-                "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+TINY_VANILLA = ["--arch", "transformer_tiny_vanilla"]  # stock fairseq transformer, tiny sizes
 
 
 @pytest.fixture(scope="module")

@@ -22,12 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 
-SIZE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-        "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
-        "--decoder-attention-heads", "4", "--dropout", "0.3"]
 # Every registered method joins here with its Multi30k-sized architecture (same sizes as vanilla).
 SYSTEMS = {
-    "vanilla": ["--arch", "transformer", *SIZE],
+    "vanilla": ["--arch", "transformer_multi30k"],
     "pascal": ["--arch", "transformer_pascal_multi30k"],
 }
 TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",

@@ -1,1 +1,1 @@
-from . import syntax_transformer, pascal_presets  # noqa: F401
+from . import sizes, syntax_transformer, pascal_presets  # noqa: F401

@@ -5,18 +5,7 @@ from fairseq.models.transformer.transformer_legacy import base_architecture, tra
 from .syntax_transformer import syntax_defaults
 
 
-def _set_default(args, name, value):
-    if getattr(args, name, None) is None:
-        setattr(args, name, value)
-
-
-def _set_sizes(args, layers, embed_dim, ffn_embed_dim, heads):
-    """Default sizes for both encoder and decoder (command-line values win)."""
-    for side in ("encoder", "decoder"):
-        _set_default(args, f"{side}_layers", layers)
-        _set_default(args, f"{side}_embed_dim", embed_dim)
-        _set_default(args, f"{side}_ffn_embed_dim", ffn_embed_dim)
-        _set_default(args, f"{side}_attention_heads", heads)
+from .sizes import MULTI30K, TINY, set_default as _set_default, set_sizes as _set_sizes
 
 
 @register_model_architecture("syntax_transformer", "syntax_transformer")
@@ -40,8 +29,7 @@ def transformer_pascal(args):
 def transformer_pascal_multi30k(args):
     """Sized for ~30k sentence pairs (Multi30k): 3+3 layers, 256, FFN 1024, 4 heads, dropout 0.3. Following the
     paper's small-data (NC11 En-De) setting, a part of the heads is PASCAL (2 of 4) with parent ignoring 0.3."""
-    _set_sizes(args, layers=3, embed_dim=256, ffn_embed_dim=1024, heads=4)
-    _set_default(args, "dropout", 0.3)
+    _set_sizes(args, **MULTI30K)
     _set_default(args, "pascal_heads", 2)
     _set_default(args, "parent_ignoring", 0.3)
     transformer_pascal(args)
@@ -50,6 +38,6 @@ def transformer_pascal_multi30k(args):
 @register_model_architecture("syntax_transformer", "transformer_pascal_tiny")
 def transformer_pascal_tiny(args):
     """For tests: 2+2 layers, 64 dims, 4 heads of which 2 are PASCAL."""
-    _set_sizes(args, layers=2, embed_dim=64, ffn_embed_dim=128, heads=4)
+    _set_sizes(args, **TINY)
     _set_default(args, "pascal_heads", 2)
     transformer_pascal(args)
