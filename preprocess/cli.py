@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -106,7 +106,6 @@ class Preprocessor:
         self.given_label_dicts = {lang: LabelDictionary.load(path) for lang, path in given.items()}
         # label ids must mean the same in every shard: then only known labels are accepted
         self.closed_labels = set(given) | ({self.langs[0], self.langs[1]} if args.num_shards > 1 else set())
-        self.label_dicts = {}
 
     def shard_range(self, count: int, split: str) -> range:
         """The training lines of this shard: a contiguous chunk, so shards concatenate to the whole."""
@@ -155,7 +154,7 @@ class Preprocessor:
                 if problem:
                     reason = reason or (lang, problem)
             if reason:
-                data.drops.append((index + 1, reason[0], reason[1], raw_text(raw, self.langs, reason[0], index)))
+                data.drops.append((index + 1, reason[0], reason[1], raw_text(raw, reason[0], index)))
                 continue
             keep.append(index)
             for lang in self.langs:
@@ -352,7 +351,7 @@ def realign_or_error(tree, text):
         return error
 
 
-def raw_text(raw, langs, lang, index) -> str:
+def raw_text(raw, lang, index) -> str:
     item = raw[lang][index]
     if isinstance(item, tuple):
         return "" if isinstance(item[1], ParseError) else item[1].text

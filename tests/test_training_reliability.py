@@ -11,7 +11,7 @@ import fairseq_syntax  # noqa: F401
 from fairseq import checkpoint_utils
 from fairseq_syntax.checkpoint_security import UnsafeCheckpointError
 
-from .helpers import USER_DIR, run_cli, write_multi30k_sample
+from .helpers import USER_DIR, run_cli
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
 
 COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",

@@ -3,7 +3,7 @@ tensors with the right offsets for left or right padding.
 
 Positions are 0-based within the sentence's pieces until `collate_source_syntax` adds the padding offset.
 """
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, Sequence
 
 import numpy as np
 import torch
