@@ -126,8 +126,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="work/bench")
     parser.add_argument("--data-bin", help="an existing Multi30k syntax data-bin (else one is made in --workdir)")
-    parser.add_argument("--updates", type=int, default=60)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--updates", type=int, default=80)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--preprocess-lines", type=int, default=29000,
                         help="training lines for the preprocessing comparison (all of Multi30k train)")
     parser.add_argument("--parts", default="models,preprocess", help="what to measure: models, preprocess or both")
