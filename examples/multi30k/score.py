@@ -4,19 +4,19 @@ import argparse
 import json
 import sys
 
+from pathlib import Path
+
 import sacrebleu
 
+from fairseq_syntax.evaluation.cli import parse_generate_output
 from preprocess.subwords import WordAlignedEncoder
 
 
 def read_hypotheses(path, encoder):
-    hypotheses = {}
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("H-"):
-                tag, _score, pieces = (line.rstrip("\n").split("\t") + [""])[:3]
-                hypotheses[int(tag[2:])] = encoder.decode(pieces.split())
-    return [hypotheses[i] for i in sorted(hypotheses)], sorted(hypotheses)
+        pieces, _ = parse_generate_output(f.read().splitlines(), Path(path))
+    ids = sorted(pieces)
+    return [encoder.decode(pieces[i].split()) for i in ids], ids
 
 
 def main():
