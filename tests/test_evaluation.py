@@ -450,6 +450,22 @@ def test_challenge_export_and_score(data_root, tmp_path):
     assert set(entries["en_particle_news_exactly"]["indices"]) <= set(entries["en_particle_news"]["indices"])
     assert entries["de_particle_news"]["side"] == "target" and entries["en_particle_news"]["side"] == "source"
 
+    # --max-per-set: a seeded sample of each larger set, the same on every export, drawn from that set's own pairs
+    samples = []
+    for run in ("a", "b"):
+        samples.append(main(["challenge", "export", "--challenge-dir", str(directory), "--direction", "en-de", "--sets",
+                             sets, "--max-per-set", "12", "--out-dir", str(tmp_path / f"sample-{run}")]))
+    assert (tmp_path / "sample-a" / "challenge.en").read_bytes() == (tmp_path / "sample-b" / "challenge.en").read_bytes()
+    sampled_sources = challenge_sets.read_lines(tmp_path / "sample-a" / "challenge.en")
+    sampled_references = challenge_sets.read_lines(tmp_path / "sample-a" / "challenge.de")
+    for entry in samples[0]["sets"]:
+        full = entries[entry["name"]]
+        assert entry["total"] == full["sentences"] and entry["sentences"] == min(12, full["sentences"])
+        full_pairs = [(sources[i], references[i]) for i in full["indices"]]
+        sampled_pairs = [(sampled_sources[i], sampled_references[i]) for i in entry["indices"]]
+        assert set(sampled_pairs) <= set(full_pairs)
+    assert samples[0]["sentences"] < manifest["sentences"]
+
     perfect = write_lines(tmp_path / "perfect.txt", references)
     # a data-bin that dropped line 2: one hypothesis per kept line, and the linemap of kept lines (1-based)
     kept = [n for n in range(1, len(references) + 1) if n != 2]

@@ -8,7 +8,11 @@ then three data-bins: En->De with the English source parsed by spaCy and by the 
 German source parsed by the German parser and the English target by the EWT parser. On each, every system in
 SYSTEMS trains for --minutes of wall time (seed 1), translates test2016 (beam 5) and is scored by
 fairseq-syntax-evaluate against vanilla (BLEU, chrF++, TER, RIBES, length buckets, paired bootstrap, plots).
-Resumable: a parser, data-bin, trained system or translation that exists is not made again.
+Then Choshen & Abend's challenge sets (the paper's sets, at most --challenge-per-set pairs of each, seeded sample)
+are exported for the data-bin's direction, added to it as the split `challenge` (same sentencepiece model, parser
+and label ids), translated by every system and scored per set (phenomenon x side x domain x distance).
+Resumable: a parser, data-bin, trained system or translation that exists is not made again. Every invocation's
+wall time is added up in OUT/timing.json; the table's header gives the sum.
 """
 import argparse
 import json
@@ -79,6 +83,30 @@ def data_bin(out: Path, name: str, src: str, tgt: str, src_parser: str, tgt_pars
     return destdir
 
 
+def translate(destdir: Path, src: str, tgt: str, checkpoint: Path, split: str, output: Path) -> Path:
+    if not output.exists():
+        log(f"translating {split} with {checkpoint.parent.parent.name} on {destdir.name}")
+        run([BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
+             "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, "--beam", "5", "--batch-size", "64",
+             "--cpu", "--num-workers", "0"], output.with_suffix(".tmp"))
+        os.replace(output.with_suffix(".tmp"), output)
+    return output
+
+
+def challenge_split(out: Path, destdir: Path, direction: str, per_set: int) -> Path:
+    """The challenge sets of this direction as the split `challenge` of the data-bin; returns the manifest."""
+    export = out / "challenge" / f"{direction}.max{per_set}"
+    if not (export / "manifest.json").exists():
+        log(f"exporting the {direction} challenge sets (at most {per_set} pairs each)")
+        run([BIN / "fairseq-syntax-evaluate", "challenge", "export", "--direction", direction, "--max-per-set",
+             per_set, "--out-dir", export], out / "challenge" / f"{direction}.max{per_set}.log")
+    if not (destdir / "challenge.linemap").exists():
+        log(f"adding the challenge split to {destdir.name}")
+        run([BIN / "fairseq-syntax-preprocess", "--add-to", destdir, "--testpref", f"challenge={export / 'challenge'}",
+             "--workers", "2"], out / "data" / f"{destdir.name}.challenge.log")
+    return export / "manifest.json"
+
+
 def train_and_translate(out: Path, bin_name: str, destdir: Path, src: str, tgt: str, system: str, minutes: float):
     work = out / "systems" / bin_name / system
     work.mkdir(parents=True, exist_ok=True)
@@ -88,14 +116,35 @@ def train_and_translate(out: Path, bin_name: str, destdir: Path, src: str, tgt: 
              "-s", src, "-t", tgt, *SYSTEMS[system], *TRAINING, "--stop-time-hours", minutes / 60,
              "--save-dir", work / "checkpoints"], work / "train.log")
         (work / "trained").write_text("")
-    output = work / "generate.test.txt"
-    if not output.exists():
-        log(f"translating test2016 with {system} on {bin_name}")
-        run([BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-             "-s", src, "-t", tgt, "--path", work / "checkpoints" / "checkpoint_last.pt", "--gen-subset", "test",
-             "--beam", "5", "--batch-size", "64", "--cpu", "--num-workers", "0"], work / "generate.log.tmp")
-        os.replace(work / "generate.log.tmp", output)
-    return output
+    return translate(destdir, src, tgt, work / "checkpoints" / "checkpoint_last.pt", "test", work / "generate.test.txt")
+
+
+def record_time(out: Path, started: float, argv) -> float:
+    """Add this invocation to OUT/timing.json; returns the minutes of all invocations."""
+    path = out / "timing.json"
+    timing = json.loads(path.read_text()) if path.exists() else {"invocations": []}
+    timing["invocations"].append({"started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+                                  "seconds": round(time.time() - started), "argv": list(argv)})
+    path.write_text(json.dumps(timing, indent=2) + "\n")
+    return sum(i["seconds"] for i in timing["invocations"]) / 60
+
+
+def challenge_table(summary) -> list:
+    systems = list(SYSTEMS)
+    table = ["| data-bin | set | phenomenon | side | domain | distance | pairs | "
+             + " | ".join(f"{s} BLEU | {s} chrF++" for s in systems) + " |", "|---" * (7 + 2 * len(systems)) + "|"]
+    for name, result in summary.items():
+        for row in sorted(result["sets"], key=lambda r: (r["phenomenon"], r["side"], r["domain"], r["name"])):
+            cells = [name, row["name"] + (" †" if row["tokenized"] else ""), row["phenomenon"], row["side"],
+                     row["domain"], ("=" if row["exact"] else ">=") + str(row["distance"]), str(row["sentences"])]
+            for system in systems:
+                scores = row["systems"][system]
+                for key in ("bleu", "chrf++"):
+                    p_value = row["bootstrap"]["systems"][system][key]["p_value"] if row.get("bootstrap") else None
+                    significant = system != "vanilla" and p_value is not None and p_value < 0.05
+                    cells.append(f"{scores[key]['score']:.2f}" + (" *" if significant else ""))
+            table.append("| " + " | ".join(cells) + " |")
+    return table
 
 
 def main():
@@ -104,9 +153,14 @@ def main():
     parser.add_argument("--quick", action="store_true",
                         help="En-De with spaCy parses only, 5 minutes per system, 150 warm-up updates")
     parser.add_argument("--minutes", type=float, help="training wall time per system (default 15; quick: 5)")
+    parser.add_argument("--challenge-per-set", type=int,
+                        help="challenge-set pairs translated per set, a seeded sample (default 300; quick: 50; 0: "
+                             "no challenge sets)")
     args = parser.parse_args()
     out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
     minutes = args.minutes or (5 if args.quick else 15)
+    per_set = args.challenge_per_set if args.challenge_per_set is not None else (50 if args.quick else 300)
     if args.quick:  # ~270 updates: warm up faster so the short run still says something
         TRAINING[TRAINING.index("--warmup-updates") + 1] = "150"
     start = time.time()
@@ -117,7 +171,7 @@ def main():
         de_parser = train_parser(out, "de_gsd_pud")
         bins += [("en-de.supar-ewt", "en", "de", f"supar:{en_parser}", None),
                  ("de-en.supar", "de", "en", f"supar:{de_parser}", f"supar:{en_parser}")]
-    summary = {}
+    summary, challenge_summary = {}, {}
     for name, src, tgt, src_parser, tgt_parser in bins:
         destdir = data_bin(out, name, src, tgt, src_parser, tgt_parser)
         outputs = [train_and_translate(out, name, destdir, src, tgt, system, minutes) for system in SYSTEMS]
@@ -127,16 +181,34 @@ def main():
              "--baseline", "vanilla", "--data-bin", destdir, "--gen-subset", "test", "--out-dir", results,
              "--quiet"], out / "results" / f"{name}.log")
         summary[name] = json.loads((results / "results.json").read_text())
+        if per_set > 0:
+            manifest = challenge_split(out, destdir, f"{src}-{tgt}", per_set)
+            systems = out / "systems" / name
+            outputs = [translate(destdir, src, tgt, systems / s / "checkpoints" / "checkpoint_last.pt", "challenge",
+                                 systems / s / f"generate.challenge.max{per_set}.txt") for s in SYSTEMS]
+            log(f"scoring the challenge sets on {name}")
+            run([BIN / "fairseq-syntax-evaluate", "challenge", "score", "--manifest", manifest,
+                 *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)], "--baseline", "vanilla", "--data-bin",
+                 destdir, "--gen-subset", "challenge", "--out-dir", results / "challenge", "--quiet"],
+                out / "results" / f"{name}.challenge.log")
+            challenge_summary[name] = json.loads((results / "challenge" / "results.json").read_text())
     table = ["| data-bin | system | BLEU | chrF++ | TER | RIBES |", "|---|---|---|---|---|---|"]
     for name, result in summary.items():
         for system, scores in result["systems"].items():
             table.append(f"| {name} | {system} | {scores['bleu']['score']:.2f} | {scores['chrf++']['score']:.2f} | "
                          f"{scores['ter']['score']:.2f} | {scores['ribes']['score']:.2f} |")
+    total_minutes = record_time(out, start, sys.argv[1:])
     header = (f"Multi30k test2016, {minutes:g} min training per system on {os.cpu_count()} CPU cores, "
               f"{time.strftime('%Y-%m-%d')}, `python examples/multi30k/compare.py{' --quick' if args.quick else ''}`"
-              f" ({(time.time() - start) / 60:.0f} min)")
-    (out / "results" / "table.md").write_text(header + "\n\n" + "\n".join(table) + "\n")
-    print(header + "\n\n" + "\n".join(table))
+              f" ({total_minutes:.0f} min in all, OUT/timing.json)")
+    text = header + "\n\n" + "\n".join(table) + "\n"
+    if challenge_summary:
+        text += (f"\nChoshen & Abend (2019) challenge sets, at most {per_set} pairs per set (seeded sample; pairs: "
+                 "translated), lines over 250 subword pieces count as empty translations; † Moses-tokenized; * p < "
+                 "0.05, paired bootstrap against vanilla. Per-set details and signatures: results/<data-bin>/challenge/"
+                 "\n\n" + "\n".join(challenge_table(challenge_summary)) + "\n")
+    (out / "results" / "table.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ hypotheses by the manifest and scores every set (phenomenon x domain x distance,
 import argparse
 import json
 import logging
+import random
 import re
 import sys
 import warnings
@@ -613,6 +614,9 @@ def challenge_parser() -> argparse.ArgumentParser:
     export = sub.choices["export"]
     export.add_argument("--direction", required=True, help="e.g. en-de")
     export.add_argument("--out-dir", required=True)
+    export.add_argument("--max-per-set", type=int,
+                        help="keep a random sample of at most this many pairs of each set (to bound translation time)")
+    export.add_argument("--seed", type=int, default=1, help="seed of the --max-per-set sample")
     score = sub.add_parser("score")
     score.add_argument("--manifest", required=True, help="manifest.json written by `challenge export`")
     score.add_argument("--system", action="append", required=True, metavar="NAME=FILE",
@@ -660,9 +664,11 @@ def run_challenge_list(args) -> List[dict]:
 
 
 def export_challenge(infos: Sequence[challenge_sets.ChallengeSetInfo], direction: str, out_dir: Path,
-                     challenge_dir: Optional[Path] = None) -> Dict[str, object]:
+                     challenge_dir: Optional[Path] = None, max_per_set: Optional[int] = None,
+                     seed: int = 1) -> Dict[str, object]:
     """Write the unique (source, reference) pairs of the sets to out_dir/challenge.{src,tgt} and the manifest
-    (per set: its description and the 0-based lines of its pairs in those files)."""
+    (per set: its description and the 0-based lines of its pairs in those files). With max_per_set, a set with
+    more pairs keeps a random sample of that many (seeded per set name; its `total` says how many it has)."""
     src, tgt = challenge_sets.split_direction(direction)
     pair_index: Dict[Tuple[str, str], int] = {}
     pairs: List[Tuple[str, str]] = []
@@ -671,15 +677,20 @@ def export_challenge(infos: Sequence[challenge_sets.ChallengeSetInfo], direction
         if direction not in info.directions:
             continue
         loaded = challenge_sets.load(info, direction)
+        set_pairs = list(zip(loaded.sources, loaded.references))
+        total = len(set_pairs)
+        if max_per_set is not None and total > max_per_set:
+            chosen = sorted(random.Random(f"{seed}:{info.name}").sample(range(total), max_per_set))
+            set_pairs = [set_pairs[i] for i in chosen]
         indices = []
-        for pair in zip(loaded.sources, loaded.references):
+        for pair in set_pairs:
             if pair not in pair_index:
                 pair_index[pair] = len(pairs)
                 pairs.append(pair)
             indices.append(pair_index[pair])
         entries.append({"name": info.name, "phenomenon": info.phenomenon, "phenomenon_lang": info.phenomenon_lang,
                         "side": info.side(direction), "domain": info.domain, "distance": info.distance,
-                        "exact": info.exact, "tokenized": info.tokenized, "sentences": len(indices),
+                        "exact": info.exact, "tokenized": info.tokenized, "sentences": len(indices), "total": total,
                         "has_ids": loaded.ids is not None, "indices": indices})
     if not entries:
         raise EvaluationError(f"no challenge set has the direction {direction}")
@@ -697,7 +708,7 @@ def export_challenge(infos: Sequence[challenge_sets.ChallengeSetInfo], direction
 
 def run_challenge_export(args) -> Dict[str, object]:
     manifest = export_challenge(_select_sets(args), args.direction, Path(args.out_dir),
-                                Path(args.challenge_dir) if args.challenge_dir else None)
+                                Path(args.challenge_dir) if args.challenge_dir else None, args.max_per_set, args.seed)
     print(f"{len(manifest['sets'])} challenge sets, {manifest['sentences']} unique sentence pairs -> "
           f"{Path(args.out_dir) / manifest['sources']} (translate this), {Path(args.out_dir) / 'manifest.json'}")
     return manifest
@@ -764,7 +775,8 @@ def challenge_markdown(results: Dict[str, object]) -> str:
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["name"] + (" †" if row["tokenized"] else ""), row["phenomenon"], row["side"], row["domain"],
-                 ("=" if row["exact"] else ">=") + str(row["distance"]), str(row["sentences"])]
+                 ("=" if row["exact"] else ">=") + str(row["distance"]),
+                 str(row["sentences"]) + (f" of {row['total']}" if row.get("total", 0) > row["sentences"] else "")]
         for name in systems:
             for key in keys:
                 cell = _fmt(row["systems"][name][key]["score"])
