@@ -29,7 +29,7 @@ demo: install
 	DATA_ROOT=$(DATA_ROOT) DEMO_TRAIN_MINUTES=$(DEMO_TRAIN_MINUTES) bash examples/multi30k/demo.sh $(DEMO_DIR)
 
 bench: install
-	DATA_ROOT=$(DATA_ROOT) $(PY) bench/bench_pascal.py --workdir work/bench
+	DATA_ROOT=$(DATA_ROOT) $(PY) bench/bench.py --workdir work/bench
 
 clean-demo:
 	rm -rf $(DEMO_DIR)

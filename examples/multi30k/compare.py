@@ -7,7 +7,8 @@ Full run: trains SuPar parsers with UD labels (English on UD_English-EWT, German
 then three data-bins: En->De with the English source parsed by spaCy and by the EWT parser, and De->En with the
 German source parsed by the German parser and the English target by the EWT parser. On each, every system in
 SYSTEMS trains for --minutes of wall time (seed 1), translates test2016 (beam 5) and is scored by
-fairseq-syntax-evaluate against vanilla (BLEU, chrF++, TER, RIBES, length buckets, paired bootstrap, plots).
+fairseq-syntax-evaluate against vanilla (BLEU, chrF++, TER, RIBES, length buckets, paired bootstrap, plots, and
+each system's encoder attention of layer 0, head 0 over the first test sentence).
 Then Choshen & Abend's challenge sets (the paper's sets, at most --challenge-per-set pairs of each, seeded sample)
 are exported for the data-bin's direction, added to it as the split `challenge` (same sentencepiece model, parser
 and label ids), translated by every system and scored per set (phenomenon x side x domain x distance).
@@ -26,11 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 
-# Every registered method joins here with its Multi30k-sized architecture (same sizes as vanilla).
-SYSTEMS = {
-    "vanilla": ["--arch", "transformer_multi30k"],
-    "pascal": ["--arch", "transformer_pascal_multi30k"],
-}
+sys.path.insert(0, str(REPO))
+from fairseq_syntax.models.systems import BASELINE, MULTI30K_SYSTEMS as SYSTEMS  # noqa: E402  (one list for bench too)
 TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", "--max-tokens", "4096", "--max-epoch", "100", "--seed", "1", "--cpu",
@@ -141,7 +139,7 @@ def challenge_table(summary) -> list:
                 scores = row["systems"][system]
                 for key in ("bleu", "chrf++"):
                     p_value = row["bootstrap"]["systems"][system][key]["p_value"] if row.get("bootstrap") else None
-                    significant = system != "vanilla" and p_value is not None and p_value < 0.05
+                    significant = system != BASELINE and p_value is not None and p_value < 0.05
                     cells.append(f"{scores[key]['score']:.2f}" + (" *" if significant else ""))
             table.append("| " + " | ".join(cells) + " |")
     return table
@@ -178,9 +176,15 @@ def main():
         results = out / "results" / name
         log(f"evaluating {name}")
         run([BIN / "fairseq-syntax-evaluate", *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)],
-             "--baseline", "vanilla", "--data-bin", destdir, "--gen-subset", "test", "--out-dir", results,
+             "--baseline", BASELINE, "--data-bin", destdir, "--gen-subset", "test", "--out-dir", results,
              "--quiet"], out / "results" / f"{name}.log")
         summary[name] = json.loads((results / "results.json").read_text())
+        for system in SYSTEMS:  # layer 0, head 0 over the first test sentence: PASCAL's syntax head vs vanilla's
+            if not (results / "attention" / system / "attention.png").exists():
+                run([BIN / "fairseq-syntax-evaluate", "attention", "--path",
+                     out / "systems" / name / system / "checkpoints" / "checkpoint_last.pt", "--data-bin", destdir,
+                     "--gen-subset", "test", "--index", "0", "--layer", "0", "--head", "0", "--out-dir",
+                     results / "attention" / system], results / "attention" / f"{system}.log")
         if per_set > 0:
             manifest = challenge_split(out, destdir, f"{src}-{tgt}", per_set)
             systems = out / "systems" / name
@@ -188,7 +192,7 @@ def main():
                                  systems / s / f"generate.challenge.max{per_set}.txt") for s in SYSTEMS]
             log(f"scoring the challenge sets on {name}")
             run([BIN / "fairseq-syntax-evaluate", "challenge", "score", "--manifest", manifest,
-                 *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)], "--baseline", "vanilla", "--data-bin",
+                 *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)], "--baseline", BASELINE, "--data-bin",
                  destdir, "--gen-subset", "challenge", "--out-dir", results / "challenge", "--quiet"],
                 out / "results" / f"{name}.challenge.log")
             challenge_summary[name] = json.loads((results / "challenge" / "results.json").read_text())

@@ -1,14 +1,15 @@
-"""PASCAL against vanilla fairseq `transformer` of the same size, measured in the same run on Multi30k En-De.
+"""Every syntax method against vanilla fairseq `transformer` of the same size, measured in the same run on
+Multi30k En-De (the systems of fairseq_syntax/models/systems.py).
 
   train words/s       fairseq-train, target words per second over the updates after a warm-up interval
   generate sent/s     fairseq-generate test2016, beam 5, every hypothesis forced to the same length (so the
                       decoders do the same work whatever the models learned in a few updates)
   preprocess sent/s   fairseq-syntax-preprocess against spaCy parsing alone (nlp.pipe) on the same lines
 
-Runs alternate vanilla / PASCAL and report the median of --repeats. Prints ratios (PASCAL / vanilla; parser
-time / preprocess time) and writes them as JSON. Targets: PASCAL >= 0.95x vanilla for training and generation;
-preprocessing within 1.15x of the parser's time.
-usage: python bench/bench_pascal.py --workdir work/bench [--data-bin work/demo/data-bin]
+Runs alternate between the systems and report the median of --repeats. Prints ratios (method / vanilla; parser
+time / preprocess time) and writes them as JSON (WORKDIR/bench.json). Targets: every method >= 0.95x vanilla for
+training and generation; preprocessing within 1.15x of the parser's time.
+usage: python bench/bench.py --workdir work/bench [--data-bin work/demo/data-bin] [--systems vanilla,pascal]
 """
 import argparse
 import json
@@ -23,11 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from fairseq_syntax.models.systems import BASELINE, MULTI30K_SYSTEMS  # noqa: E402
 BIN = Path(sys.executable).parent
-ARCHS = {
-    "vanilla": ["--arch", "transformer_multi30k"],
-    "pascal": ["--arch", "transformer_pascal_multi30k"],
-}
 
 
 PEAK_RSS = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); " \
@@ -76,9 +74,9 @@ def ensure_data_bin(args) -> Path:
     return destdir
 
 
-def train(data_bin, name, save_dir, updates):
+def train(data_bin, arch_args, name, save_dir, updates):
     log = run([BIN / "fairseq-train", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-               "-s", "en", "-t", "de", *ARCHS[name], "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-4",
+               "-s", "en", "-t", "de", *arch_args, "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-4",
                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
                "--max-update", updates, "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
                "--cpu", "--seed", "1", "--log-format", "simple", "--log-interval", "10", "--num-workers", "0"])
@@ -131,6 +129,8 @@ def main():
     parser.add_argument("--preprocess-lines", type=int, default=29000,
                         help="training lines for the preprocessing comparison (all of Multi30k train)")
     parser.add_argument("--parts", default="models,preprocess", help="what to measure: models, preprocess or both")
+    parser.add_argument("--systems", default=",".join(MULTI30K_SYSTEMS),
+                        help=f"comma-separated, from {', '.join(MULTI30K_SYSTEMS)} ({BASELINE} is always measured)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     workdir = Path(args.workdir)
@@ -153,18 +153,23 @@ def main():
         }
         print(f"preprocess time / spaCy time        = {preprocess_seconds / parser_seconds:.3f}  "
               f"(target <= 1.15; {n} sentences, {n / preprocess_seconds:.0f} vs {n / parser_seconds:.0f} sent/s)")
-    with open(workdir / "bench_pascal.json", "w") as f:
+    with open(workdir / "bench.json", "w") as f:
         json.dump(report, f, indent=2)
 
 
 def measure_models(args, workdir, data_bin):
+    names = [BASELINE] + [n for n in args.systems.split(",") if n and n != BASELINE]
+    unknown = [n for n in names if n not in MULTI30K_SYSTEMS]
+    if unknown:
+        sys.exit(f"unknown systems: {', '.join(unknown)} (known: {', '.join(MULTI30K_SYSTEMS)})")
     measured = {name: {"train_wps": [], "generate_sps": [], "train_peak_mb": [], "generate_peak_mb": []}
-                for name in ARCHS}
+                for name in names}
     for repeat in range(args.repeats):
-        for name in ARCHS:
+        for name in names:
             save_dir = workdir / "checkpoints" / f"{name}.{repeat}"
             shutil.rmtree(save_dir, ignore_errors=True)  # a fresh run, not a resume
-            for key, value in zip(("train_wps", "train_peak_mb"), train(data_bin, name, save_dir, args.updates)):
+            for key, value in zip(("train_wps", "train_peak_mb"),
+                                  train(data_bin, MULTI30K_SYSTEMS[name], name, save_dir, args.updates)):
                 measured[name][key].append(value)
             for key, value in zip(("generate_sps", "generate_peak_mb"),
                                   generate(data_bin, save_dir / "checkpoint_last.pt")):
@@ -172,19 +177,20 @@ def measure_models(args, workdir, data_bin):
             print(f"repeat {repeat}: {name}: train {measured[name]['train_wps'][-1]:.0f} words/s, "
                   f"generate {measured[name]['generate_sps'][-1]:.1f} sentences/s", flush=True)
     medians = {name: {k: statistics.median(v) for k, v in m.items()} for name, m in measured.items()}
-    report = {
-        "runs": measured, "median": medians,
-        "ratio_train_words_per_second": medians["pascal"]["train_wps"] / medians["vanilla"]["train_wps"],
-        "ratio_generate_sentences_per_second": medians["pascal"]["generate_sps"] / medians["vanilla"]["generate_sps"],
-    }
-    report["ratio_train_peak_memory"] = medians["pascal"]["train_peak_mb"] / medians["vanilla"]["train_peak_mb"]
-    report["channel_bytes_per_token"] = channel_bytes_per_token(Path(data_bin))
-    print(f"train words/s      PASCAL / vanilla = {report['ratio_train_words_per_second']:.3f}  (target >= 0.95)")
-    print(f"train peak memory  PASCAL / vanilla = {report['ratio_train_peak_memory']:.3f}  "
-          f"({medians['pascal']['train_peak_mb']:.0f} vs {medians['vanilla']['train_peak_mb']:.0f} MB)")
+    base = medians[BASELINE]
+    ratios = {name: {"train_words_per_second": m["train_wps"] / base["train_wps"],
+                     "generate_sentences_per_second": m["generate_sps"] / base["generate_sps"],
+                     "train_peak_memory": m["train_peak_mb"] / base["train_peak_mb"]}
+              for name, m in medians.items() if name != BASELINE}
+    report = {"runs": measured, "median": medians, f"ratio_to_{BASELINE}": ratios,
+              "channel_bytes_per_token": channel_bytes_per_token(Path(data_bin))}
+    for name, ratio in ratios.items():
+        m = medians[name]
+        print(f"{name}: train words/s / {BASELINE} = {ratio['train_words_per_second']:.3f} (target >= 0.95), "
+              f"generate sent/s / {BASELINE} = {ratio['generate_sentences_per_second']:.3f} (target >= 0.95), "
+              f"train peak memory / {BASELINE} = {ratio['train_peak_memory']:.3f} "
+              f"({m['train_peak_mb']:.0f} vs {base['train_peak_mb']:.0f} MB)")
     print("bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in report["channel_bytes_per_token"].items()))
-    print(f"generate sent/s    PASCAL / vanilla = {report['ratio_generate_sentences_per_second']:.3f}  "
-          f"(target >= 0.95)")
     return report
 
 
