@@ -18,6 +18,8 @@ wall time is added up in OUT/timing.json; the table's header gives the sum.
 import argparse
 import json
 import os
+import platform
+import re
 import subprocess
 import sys
 import time
@@ -117,6 +119,21 @@ def train_and_translate(out: Path, bin_name: str, destdir: Path, src: str, tgt: 
     return translate(destdir, src, tgt, work / "checkpoints" / "checkpoint_last.pt", "test", work / "generate.test.txt")
 
 
+def cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "CPU"
+
+
+def training_facts(train_log: Path):
+    """(trained parameters, updates done) from a fairseq-train log, as printed there."""
+    text = train_log.read_text(errors="replace")
+    parameters = re.search(r"num\. shared model params: [0-9,]+ \(num\. trained: ([0-9,]+)\)", text)
+    updates = re.findall(r"num_updates[ =]([0-9]+)", text)
+    return parameters.group(1) if parameters else "?", updates[-1] if updates else "?"
+
+
 def record_time(out: Path, started: float, argv) -> float:
     """Add this invocation to OUT/timing.json; returns the minutes of all invocations."""
     path = out / "timing.json"
@@ -196,16 +213,21 @@ def main():
                  destdir, "--gen-subset", "challenge", "--out-dir", results / "challenge", "--quiet"],
                 out / "results" / f"{name}.challenge.log")
             challenge_summary[name] = json.loads((results / "challenge" / "results.json").read_text())
-    table = ["| data-bin | system | BLEU | chrF++ | TER | RIBES |", "|---|---|---|---|---|---|"]
+    table = ["| data-bin | system | parameters | updates | BLEU (95% CI) | chrF++ | TER | RIBES |", "|---" * 8 + "|"]
     for name, result in summary.items():
         for system, scores in result["systems"].items():
-            table.append(f"| {name} | {system} | {scores['bleu']['score']:.2f} | {scores['chrf++']['score']:.2f} | "
-                         f"{scores['ter']['score']:.2f} | {scores['ribes']['score']:.2f} |")
+            boot = result["bootstrap"]["systems"][system]
+            mark = lambda key: " *" if (boot[key]["p_value"] is not None and boot[key]["p_value"] < 0.05) else ""  # noqa: E731
+            parameters, updates = training_facts(out / "systems" / name / system / "train.log")
+            table.append(f"| {name} | {system} | {parameters} | {updates} | {scores['bleu']['score']:.2f} "
+                         f"± {boot['bleu']['ci']:.2f}{mark('bleu')} | {scores['chrf++']['score']:.2f}{mark('chrf++')} "
+                         f"| {scores['ter']['score']:.2f}{mark('ter')} | {scores['ribes']['score']:.2f} |")
     total_minutes = record_time(out, start, sys.argv[1:])
-    header = (f"Multi30k test2016, {minutes:g} min training per system on {os.cpu_count()} CPU cores, "
+    header = (f"Multi30k test2016, {minutes:g} min training per system on {cpu_name()} ({os.cpu_count()} cores), "
               f"{time.strftime('%Y-%m-%d')}, `python examples/multi30k/compare.py{' --quick' if args.quick else ''}`"
               f" ({total_minutes:.0f} min in all, OUT/timing.json)")
-    text = header + "\n\n" + "\n".join(table) + "\n"
+    text = (header + "\n\n" + "\n".join(table) + "\n\n* p < 0.05, sacrebleu's paired bootstrap against "
+            f"{BASELINE} (signatures in results/<data-bin>/results.md).\n")
     if challenge_summary:
         text += (f"\nChoshen & Abend (2019) challenge sets, at most {per_set} pairs per set (seeded sample; pairs: "
                  "translated), lines over 250 subword pieces count as empty translations; † Moses-tokenized; * p < "
