@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -224,7 +225,7 @@ def main():
                          f"| {scores['ter']['score']:.2f}{mark('ter')} | {scores['ribes']['score']:.2f} |")
     total_minutes = record_time(out, start, sys.argv[1:])
     header = (f"Multi30k test2016, {minutes:g} min training per system on {cpu_name()} ({os.cpu_count()} cores), "
-              f"{time.strftime('%Y-%m-%d')}, `python examples/multi30k/compare.py{' --quick' if args.quick else ''}`"
+              f"{time.strftime('%Y-%m-%d')}, `python examples/multi30k/compare.py {shlex.join(sys.argv[1:])}`"
               f" ({total_minutes:.0f} min in all, OUT/timing.json)")
     text = (header + "\n\n" + "\n".join(table) + "\n\n* p < 0.05, sacrebleu's paired bootstrap against "
             f"{BASELINE} (signatures in results/<data-bin>/results.md).\n")
