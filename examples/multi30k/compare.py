@@ -170,13 +170,13 @@ def main():
                         help="En-De with spaCy parses only, 5 minutes per system, 150 warm-up updates")
     parser.add_argument("--minutes", type=float, help="training wall time per system (default 15; quick: 5)")
     parser.add_argument("--challenge-per-set", type=int,
-                        help="challenge-set pairs translated per set, a seeded sample (default 300; quick: 50; 0: "
+                        help="challenge-set pairs translated per set, a seeded sample (default 300; quick: 30; 0: "
                              "no challenge sets)")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     minutes = args.minutes or (5 if args.quick else 15)
-    per_set = args.challenge_per_set if args.challenge_per_set is not None else (50 if args.quick else 300)
+    per_set = args.challenge_per_set if args.challenge_per_set is not None else (30 if args.quick else 300)
     if args.quick:  # ~270 updates: warm up faster so the short run still says something
         TRAINING[TRAINING.index("--warmup-updates") + 1] = "150"
     start = time.time()
