@@ -1,6 +1,6 @@
 """The comparison run: vanilla and every syntax method on Multi30k, same size, budget and seed, one results folder.
 
-  python examples/multi30k/compare.py --out work/compare            # full: ~2.5 h on 2 CPU cores
+  python examples/multi30k/compare.py --out work/compare            # full: ~2.2 h on 2 CPU cores
   python examples/multi30k/compare.py --out work/compare-quick --quick   # ~13 min: En-De, spaCy parses
 
 Full run: trains SuPar parsers with UD labels (English on UD_English-EWT, German on UD_German-GSD dev + PUD),
@@ -145,6 +145,12 @@ def record_time(out: Path, started: float, argv) -> float:
     return sum(i["seconds"] for i in timing["invocations"]) / 60
 
 
+def significance_mark(bootstrap, system: str, key: str) -> str:
+    """" *" when sacrebleu's paired bootstrap puts system apart from the baseline at p < 0.05."""
+    p_value = bootstrap["systems"][system][key]["p_value"] if bootstrap else None
+    return " *" if system != BASELINE and p_value is not None and p_value < 0.05 else ""
+
+
 def challenge_table(summary) -> list:
     systems = list(SYSTEMS)
     table = ["| data-bin | set | phenomenon | side | domain | distance | pairs | "
@@ -155,10 +161,8 @@ def challenge_table(summary) -> list:
                      row["domain"], ("=" if row["exact"] else ">=") + str(row["distance"]), str(row["sentences"])]
             for system in systems:
                 scores = row["systems"][system]
-                for key in ("bleu", "chrf++"):
-                    p_value = row["bootstrap"]["systems"][system][key]["p_value"] if row.get("bootstrap") else None
-                    significant = system != BASELINE and p_value is not None and p_value < 0.05
-                    cells.append(f"{scores[key]['score']:.2f}" + (" *" if significant else ""))
+                cells += [f"{scores[key]['score']:.2f}{significance_mark(row.get('bootstrap'), system, key)}"
+                          for key in ("bleu", "chrf++")]
             table.append("| " + " | ".join(cells) + " |")
     return table
 
@@ -217,11 +221,11 @@ def main():
     table = ["| data-bin | system | parameters | updates | BLEU (95% CI) | chrF++ | TER | RIBES |", "|---" * 8 + "|"]
     for name, result in summary.items():
         for system, scores in result["systems"].items():
-            boot = result["bootstrap"]["systems"][system]
-            mark = lambda key: " *" if (boot[key]["p_value"] is not None and boot[key]["p_value"] < 0.05) else ""  # noqa: E731
+            boot = result["bootstrap"]
+            mark = lambda key: significance_mark(boot, system, key)  # noqa: E731
             parameters, updates = training_facts(out / "systems" / name / system / "train.log")
             table.append(f"| {name} | {system} | {parameters} | {updates} | {scores['bleu']['score']:.2f} "
-                         f"± {boot['bleu']['ci']:.2f}{mark('bleu')} | {scores['chrf++']['score']:.2f}{mark('chrf++')} "
+                         f"± {boot['systems'][system]['bleu']['ci']:.2f}{mark('bleu')} | {scores['chrf++']['score']:.2f}{mark('chrf++')} "
                          f"| {scores['ter']['score']:.2f}{mark('ter')} | {scores['ribes']['score']:.2f} |")
     total_minutes = record_time(out, start, sys.argv[1:])
     header = (f"Multi30k test2016, {minutes:g} min training per system on {cpu_name()} ({os.cpu_count()} cores), "
