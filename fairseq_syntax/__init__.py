@@ -6,4 +6,4 @@ from .checkpoint_security import allow_fairseq_checkpoint_globals, refuse_unsafe
 allow_fairseq_checkpoint_globals()
 refuse_unsafe_checkpoints(_checkpoint_utils)
 
-from . import models, modules, tasks  # noqa: E402,F401  (registers tasks, models and architectures)
+from . import criterions, models, modules, tasks  # noqa: E402,F401  (registers tasks, models, criteria)

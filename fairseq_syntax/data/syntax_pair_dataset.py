@@ -1,26 +1,38 @@
-"""A LanguagePairDataset that carries the source tree beside the tokens and adds subword features to batches."""
+"""A LanguagePairDataset that carries each side's syntax channels beside its tokens and adds the batch features
+the model asked for (fairseq_syntax/data/features.py) to `net_input`."""
 from typing import Optional, Set
 
 import numpy as np
 from fairseq.data import LanguagePairDataset
 
-from .subword import collate_source_syntax
+from .features import FEATURES, collate_features
 from .syntax_channels import SyntaxChannels
+
+SYNTAX_KEYS = {"source": "source_syntax", "target": "target_syntax"}
 
 
 class SyntaxLanguagePairDataset(LanguagePairDataset):
-    """`net_input_features` is the set of subword features (keys of subword.SOURCE_FEATURES) the model consumes.
-    It is shared with the task and filled in when the model is built, so a stock `transformer` trained on a syntax
+    """`net_input_features` is the set of batch features (keys of features.FEATURES) the model consumes. It is
+    shared with the task and filled in when the model is built, so a stock `transformer` trained on a syntax
     data-bin sees exactly the batches it would see on a plain one."""
 
-    def __init__(self, *args, src_syntax: Optional[SyntaxChannels] = None, net_input_features: Set[str] = None,
-                 **kwargs):
+    def __init__(self, *args, src_syntax: Optional[SyntaxChannels] = None,
+                 tgt_syntax: Optional[SyntaxChannels] = None, net_input_features: Set[str] = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.src_syntax = src_syntax
+        self.syntax = {"source": src_syntax, "target": tgt_syntax}
         self.net_input_features = net_input_features if net_input_features is not None else set()
         if src_syntax is not None and (self.remove_eos_from_source or self.append_bos):
             raise ValueError("syntax channels assume source = pieces + EOS; --remove-eos-from-source and "
                              "--append-bos are not supported with them")
+        if tgt_syntax is not None and (self.append_eos_to_target or self.append_bos):
+            raise ValueError("syntax channels assume target = pieces + EOS; appending EOS or BOS is not supported")
+
+    @property
+    def src_syntax(self):
+        return self.syntax["source"]
+
+    def _sides_needed(self):
+        return {FEATURES[name].side for name in self.net_input_features}
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
@@ -36,8 +48,9 @@ class SyntaxLanguagePairDataset(LanguagePairDataset):
 
     def __getitem__(self, index):
         item = super().__getitem__(index)
-        if self.src_syntax is not None and self.net_input_features:
-            item["source_syntax"] = self.src_syntax[index]
+        for side in self._sides_needed():
+            if self.syntax[side] is not None:
+                item[SYNTAX_KEYS[side]] = self.syntax[side][index]
         return item
 
     def collater(self, samples, pad_to_length=None):
@@ -45,20 +58,26 @@ class SyntaxLanguagePairDataset(LanguagePairDataset):
         features = self.net_input_features
         if not features or len(samples) == 0 or "net_input" not in batch:
             return batch
-        if self.src_syntax is None:
-            raise ValueError(f"the model needs {sorted(features)} but this data-bin has no source syntax channels")
         by_id = {sample["id"]: sample for sample in samples}
         ordered = [by_id[int(i)] for i in batch["id"]]  # collate sorted the batch by source length
-        for sample in ordered:
-            if len(sample["source"]) != len(sample["source_syntax"].word_ids) + 1:
-                raise ValueError(f"sentence {sample['id']}: {len(sample['source'])} source tokens but "
-                                 f"{len(sample['source_syntax'].word_ids)} pieces in the subword map")
-        src_tokens = batch["net_input"]["src_tokens"]
-        batch["net_input"].update(collate_source_syntax(
-            [sample["source_syntax"] for sample in ordered],
-            [len(sample["source"]) for sample in ordered],
-            padded_length=src_tokens.size(1),
-            left_pad=self.left_pad_source,
-            features=sorted(features),
-        ))
+        syntaxes, lengths = {}, {}
+        for side in self._sides_needed():
+            if side == "target" and batch.get("target") is None:
+                continue  # generation without references: target-side features are for training only
+            key, tokens = SYNTAX_KEYS[side], ("source" if side == "source" else "target")
+            if self.syntax[side] is None:
+                wanted = sorted(name for name in features if FEATURES[name].side == side)
+                raise ValueError(f"the model needs {wanted} but this data-bin has no {side} syntax channels")
+            for sample in ordered:
+                if len(sample[tokens]) != len(sample[key].word_ids) + 1:
+                    raise ValueError(f"sentence {sample['id']}: {len(sample[tokens])} {side} tokens but "
+                                     f"{len(sample[key].word_ids)} pieces in the subword map")
+            syntaxes[side] = [sample[key] for sample in ordered]
+            lengths[side] = [len(sample[tokens]) for sample in ordered]
+        widths = {"source": batch["net_input"]["src_tokens"].size(1)}
+        if batch.get("target") is not None:
+            widths["target"] = widths["prev_output"] = batch["target"].size(1)
+        batch["net_input"].update(collate_features(
+            [name for name in features if FEATURES[name].side in syntaxes], syntaxes, lengths, widths,
+            {"source": self.left_pad_source, "target": self.left_pad_target}))
         return batch

@@ -387,7 +387,7 @@ def encoder_self_attention(checkpoint: Path, data_bin: Path, split: str = "test"
     """Encoder self-attention of every head of one layer over one sentence of a data-bin split, from a trained
     checkpoint (CPU, no dropout). Returns {"weights": (heads, T, T) array, "query_tokens"/"key_tokens": the
     source pieces with </s>, "highlight": per piece the (rounded) position of its syntactic parent, -1 when the
-    model takes no parents (src_parent_positions, PASCAL), "syntax_heads": how many leading heads of this layer
+    model takes no parents (src_parent_middle_halves, PASCAL), "syntax_heads": how many leading heads of this layer
     are syntax heads (0 if none), "text": the sentence}."""
     import torch
     from fairseq import checkpoint_utils
@@ -428,10 +428,10 @@ def encoder_self_attention(checkpoint: Path, data_bin: Path, split: str = "test"
         attention.skip_embed_dim_check = original_skip
     weights = captured[0][:, 0].float().numpy()  # (H, T, T)
     tokens = [task.source_dictionary[int(t)] for t in net_input["src_tokens"][0]]
-    parents = net_input.get("src_parent_positions")
-    highlight = [-1] * len(tokens) if parents is None else [int(round(float(p))) for p in parents[0]]
+    halves = net_input.get("src_parent_middle_halves")  # twice the parent's middle position
+    highlight = [-1] * len(tokens) if halves is None else [int(round(int(h) / 2)) for h in halves[0]]
     modifier = getattr(attention, "score_modifier", None)
-    syntax_heads = getattr(modifier, "num_pascal_heads", attention.num_heads) if modifier is not None else 0
+    syntax_heads = getattr(modifier, "num_syntax_heads", attention.num_heads) if modifier is not None else 0
     text_path = Path(data_bin) / f"{split}.{task.cfg.source_lang}.txt"
     text = read_text_lines(text_path)[index] if text_path.is_file() else ""
     return {"weights": weights, "query_tokens": tokens, "key_tokens": tokens, "highlight": highlight,

@@ -1,3 +1,13 @@
-from .score_modifiers import SCORE_MODIFIERS, ScoreModifier, register_score_modifier  # noqa: F401
-from .syntax_attention import ScoreModification, SyntaxBiasedSelfAttention, SyntaxEncoderLayer  # noqa: F401
+from .mechanisms import (  # noqa: F401
+    DECODER_MECHANISMS,
+    ENCODER_MECHANISMS,
+    MechanismChoice,
+    ScoreModification,
+    ScoreModifier,
+    SyntaxMechanism,
+    register_decoder_mechanism,
+    register_encoder_mechanism,
+)
+from .syntax_attention import SyntaxBiasedSelfAttention  # noqa: F401
+from .syntax_layers import SyntaxDecoderLayer, SyntaxEncoderLayer  # noqa: F401
 from . import pascal  # noqa: F401  (registers "pascal")

@@ -3,19 +3,27 @@
 Scores of the PASCAL heads are multiplied by D^p before the softmax (eq. 2), where row t of D^p is the normal
 density centred on the middle position p_t of token t's parent, evaluated at every key position j (eq. 3).
 Parent ignoring replaces a row of D^p by ones with probability q during training.
+
+Middle positions arrive as integers (twice the position, `src_parent_middle_halves`) and the density is computed in
+float32 whatever the model's dtype: in bf16, 301.5 would round to 302 and change the weight of key 301 by a
+factor of e.
 """
 import math
+from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
+from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
-from .score_modifiers import ScoreModifier, register_score_modifier
-from .syntax_attention import ScoreModification
+from .mechanisms import ScoreModification, SyntaxMechanism, register_encoder_mechanism
 
 
-def parent_gaussian_weights(parent_positions: Tensor, num_keys: int, variance: float) -> Tensor:
-    """D^p: (B, T) parent middle positions -> (B, T, num_keys) with entry f_N(j | p_t, variance)."""
-    keys = torch.arange(num_keys, device=parent_positions.device, dtype=parent_positions.dtype)
+def parent_gaussian_weights(parent_middle_halves: Tensor, num_keys: int, variance: float) -> Tensor:
+    """D^p in float32: (B, T) parent middle positions times two (integers) -> (B, T, num_keys) with entry
+    f_N(j | p_t, variance)."""
+    parent_positions = parent_middle_halves.to(torch.float32) / 2.0
+    keys = torch.arange(num_keys, device=parent_positions.device, dtype=torch.float32)
     distances = keys[None, None, :] - parent_positions[:, :, None]
     return torch.exp(distances.pow(2) / (-2.0 * variance)) / math.sqrt(2.0 * math.pi * variance)
 
@@ -28,32 +36,38 @@ def ignore_parents(weights: Tensor, probability: float) -> Tensor:
     return weights.masked_fill(ignored[:, :, None], 1.0)
 
 
-@register_score_modifier("pascal")
-class ParentScaledModifier(ScoreModifier):
-    features = ("src_parent_positions",)
+@dataclass
+class PascalOptions(FairseqDataclass):
+    pascal_heads: Optional[int] = field(
+        default=None, metadata={"help": "PASCAL heads per syntax layer (the first N heads); default all heads"})
+    pascal_variance: float = field(
+        default=1.0, metadata={"help": "variance sigma^2 of the Gaussian around the parent (paper: 1)"})
+    parent_ignoring: float = field(
+        default=0.0, metadata={"help": "probability q of ignoring a token's parent in training (paper: 0-0.4)"})
 
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument("--pascal-heads", type=int, metavar="N",
-                            help="PASCAL heads per syntax layer (the first N heads); default all heads")
-        parser.add_argument("--pascal-variance", type=float, metavar="S2",
-                            help="variance sigma^2 of the Gaussian around the parent (paper: 1)")
-        parser.add_argument("--parent-ignoring", type=float, metavar="Q",
-                            help="probability q of ignoring a token's parent in training (paper: 0-0.4)")
 
-    def __init__(self, args, num_heads: int, embed_dim: int):
-        super().__init__(args, num_heads, embed_dim)
-        self.num_pascal_heads = getattr(args, "pascal_heads", None) or num_heads
-        if not 1 <= self.num_pascal_heads <= num_heads:
-            raise ValueError(f"--pascal-heads must be in 1..{num_heads}, got {self.num_pascal_heads}")
-        self.variance = getattr(args, "pascal_variance", None) or 1.0
+@register_encoder_mechanism("pascal")
+class ParentScaledModifier(SyntaxMechanism):
+    shape = "score_modifier"
+    features = ("src_parent_middle_halves",)
+    options = PascalOptions
+
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+        super().__init__(args, embed_dim, num_heads, layer_index)
+        self.num_syntax_heads = self.option(args, "pascal_heads") or num_heads
+        if not 1 <= self.num_syntax_heads <= num_heads:
+            raise ValueError(f"--pascal-heads must be in 1..{num_heads}, got {self.num_syntax_heads}")
+        self.variance = self.option(args, "pascal_variance") or 1.0
         if self.variance <= 0:
             raise ValueError("--pascal-variance must be positive")
-        self.parent_ignoring = getattr(args, "parent_ignoring", None) or 0.0
+        self.parent_ignoring = self.option(args, "parent_ignoring")
 
-    def forward(self, x: Tensor, syntax_inputs, key_padding_mask) -> ScoreModification:
-        parent_positions = syntax_inputs["src_parent_positions"].to(x.dtype)
-        weights = parent_gaussian_weights(parent_positions, x.size(0), self.variance)
+    @property
+    def num_pascal_heads(self) -> int:
+        return self.num_syntax_heads
+
+    def forward(self, x: Tensor, syntax, key_padding_mask, incremental_state=None) -> ScoreModification:
+        weights = parent_gaussian_weights(syntax["src_parent_middle_halves"], x.size(0), self.variance)
         if self.training:
             weights = ignore_parents(weights, self.parent_ignoring)
-        return ScoreModification(weights.unsqueeze(1), self.num_pascal_heads, mode="multiply")
+        return ScoreModification(weights.unsqueeze(1), self.num_syntax_heads, mode="multiply")

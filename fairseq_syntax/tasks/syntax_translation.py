@@ -11,6 +11,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.channels import LabelDictionary, SyntaxManifest, label_dict_path
+from ..data.features import FEATURES
 from ..data.syntax_channels import SyntaxChannels
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
 
@@ -24,8 +25,9 @@ class SyntaxTranslationConfig(TranslationConfig):
 
 @register_task("syntax_translation", dataclass=SyntaxTranslationConfig)
 class SyntaxTranslationTask(TranslationTask):
-    """Loads the side channels next to the tokens, checks they agree, and lets the model built by this task ask
-    for the subword features it consumes (models without syntax, e.g. stock `transformer`, get plain batches)."""
+    """Loads the side channels of both sides next to the tokens, checks they agree, and lets the model built by
+    this task ask for the batch features it consumes (models without syntax, e.g. stock `transformer`, get plain
+    batches). A model whose mechanisms have auxiliary losses must be trained with the syntax criterion."""
 
     cfg: SyntaxTranslationConfig
 
@@ -60,15 +62,20 @@ class SyntaxTranslationTask(TranslationTask):
         if tgt_tokens is not None and len(tgt_tokens) != len(src_tokens):
             raise ValueError(f"{prefix}{src}/{tgt}: {len(src_tokens)} source but {len(tgt_tokens)} target sentences")
 
-        src_syntax = None
+        syntax = {}
         manifest = SyntaxManifest.load(data_path)
-        if manifest is not None and src in manifest.sides and manifest.sides[src].channels:
-            if self.cfg.truncate_source:
+        for side, lang in (("source", src), ("target", tgt)):
+            if manifest is None or lang not in manifest.sides or not manifest.sides[lang].channels:
+                continue
+            if side == "source" and self.cfg.truncate_source:
                 raise ValueError("--truncate-source would cut tokens away from their syntax channels")
-            src_syntax = SyntaxChannels(data_path, split, pair[0], pair[1], src, src_tokens.sizes,
-                                        num_labels=len(self.label_dicts[src]))
-        logger.info(f"{data_path} {split} {src}-{tgt} {len(src_tokens)} examples"
-                    f"{', source syntax ' + ','.join(src_syntax.datasets) if src_syntax else ''}")
+            tokens = src_tokens if side == "source" else tgt_tokens
+            if tokens is None:
+                continue
+            syntax[side] = SyntaxChannels(data_path, split, pair[0], pair[1], lang, tokens.sizes,
+                                          num_labels=len(self.label_dicts[lang]), channels=manifest.sides[lang])
+        logger.info(f"{data_path} {split} {src}-{tgt} {len(src_tokens)} examples" + "".join(
+            f", {side} syntax {','.join(channels.datasets)}" for side, channels in syntax.items()))
         self.datasets[split] = SyntaxLanguagePairDataset(
             src_tokens, src_tokens.sizes, self.src_dict,
             tgt_tokens, tgt_tokens.sizes if tgt_tokens is not None else None, self.tgt_dict,
@@ -77,7 +84,8 @@ class SyntaxTranslationTask(TranslationTask):
             num_buckets=self.cfg.num_batch_buckets,
             shuffle=(split != "test"),
             pad_to_multiple=self.cfg.required_seq_len_multiple,
-            src_syntax=src_syntax,
+            src_syntax=syntax.get("source"),
+            tgt_syntax=syntax.get("target"),
             net_input_features=self.net_input_features,
         )
 
@@ -113,8 +121,28 @@ class SyntaxTranslationTask(TranslationTask):
         self.check_data_fingerprint(cfg)
         model = super().build_model(cfg, from_checkpoint)
         wanted = set(getattr(model, "syntax_features", ()))
-        if wanted and self.manifest is None:
-            raise ValueError(f"this model needs source syntax ({sorted(wanted)}) but {self.cfg.data} is not a "
-                             f"syntax data-bin (no syntax.json); run fairseq-syntax-preprocess with a source parser")
+        langs = {"source": self.cfg.source_lang, "target": self.cfg.target_lang}
+        for side in sorted({FEATURES[name].side for name in wanted}):
+            lang = langs[side]
+            needed = sorted(name for name in wanted if FEATURES[name].side == side)
+            side_manifest = self.manifest.sides.get(lang) if self.manifest is not None else None
+            if side_manifest is None or not side_manifest.channels:
+                why = ("no syntax.json: not a syntax data-bin" if self.manifest is None
+                       else f"its {lang} side was not parsed")
+                raise ValueError(f"this model needs {side} syntax ({needed}) but {self.cfg.data} has none ({why}); "
+                                 f"run fairseq-syntax-preprocess with --{side}-parser")
+            missing = sorted({channel for name in needed for channel in FEATURES[name].channels}
+                             - set(side_manifest.channels))
+            if missing:
+                raise ValueError(f"this model needs the {lang} channels {missing} (for {needed}), which "
+                                 f"{self.cfg.data} does not have")
         self.net_input_features.update(wanted)
+        self.auxiliary_losses = tuple(getattr(model, "auxiliary_loss_weights", {}))
         return model
+
+    def build_criterion(self, cfg):
+        criterion = super().build_criterion(cfg)
+        if getattr(self, "auxiliary_losses", ()) and not getattr(criterion, "adds_auxiliary_losses", False):
+            raise ValueError(f"the model's syntax mechanisms have auxiliary losses {list(self.auxiliary_losses)}: "
+                             f"train with --criterion syntax_label_smoothed_cross_entropy, which adds them")
+        return criterion
