@@ -203,6 +203,26 @@ def test_toy_mechanisms_train_and_generate(two_sided_bin, tmp_path, encoder_synt
             assert tokens[t] != tokens[t - 1] and (t < 2 or tokens[t] != tokens[t - 2]), tokens
 
 
+def test_mechanism_layers_and_heads(data_bin):  # noqa: F811
+    """A mechanism is built in the layers chosen for it, with the heads it asks for; the others stay fairseq's."""
+    import importlib
+    import sys
+    sys.path.insert(0, str(TOY_PLUGIN.parent))
+    importlib.import_module("toy_plugin")
+    _, destdir = data_bin
+    task, cfg = load_task(destdir, "--arch", "toy_syntax_tiny", "--encoder-syntax", "toy_parent_bias",
+                          "--encoder-syntax-layers", "1")
+    model = task.build_model(cfg.model)
+    first, second = model.encoder.layers
+    assert (first.self_attn.num_heads, first.self_attn.score_modifier) == (4, None)
+    assert second.self_attn.num_heads == 8 and second.self_attn.score_modifier.layer_index == 1
+    assert task.net_input_features == {"src_parent_first"}
+    _, out_of_range = load_task(destdir, "--arch", "toy_syntax_tiny", "--encoder-syntax", "toy_parent_bias",
+                                "--encoder-syntax-layers", "2")
+    with pytest.raises(ValueError, match=r"--encoder-syntax-layers='2': layers must be in 0..1"):
+        task.build_model(out_of_range.model)
+
+
 def test_criterion_is_required_for_auxiliary_losses(two_sided_bin, tmp_path):
     args = [two_sided_bin, *TOY_TRAIN, "--encoder-syntax", "toy_label_embedding", "--max-update", "1", "--no-save"]
     args[args.index("syntax_label_smoothed_cross_entropy")] = "label_smoothed_cross_entropy"

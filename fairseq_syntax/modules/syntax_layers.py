@@ -58,6 +58,20 @@ class _SyntaxLayerMixin:
                               incremental_state=incremental_state, score_modification=modification, **attention_kwargs)
         return x, (modification.auxiliary_losses if modification is not None else {})
 
+    def _feed_forward_sublayer(self, x):
+        # the same in fairseq's encoder and decoder layers (without the decoder's rarely used scaling options)
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_fn(self.fc1(x))
+        x = self.activation_dropout_module(x)
+        x = self.fc2(x)
+        x = self.dropout_module(x)
+        x = self.residual_connection(x, residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x
+
     def _added_sublayer(self, x, padding_mask, syntax, incremental_state=None):
         if self.mechanism_class is None or self.mechanism_class.shape != "added_module":
             return x, {}
@@ -98,16 +112,7 @@ class SyntaxEncoderLayer(_SyntaxLayerMixin, TransformerEncoderLayerBase):
         x, added_losses = self._added_sublayer(x, encoder_padding_mask, syntax)
         losses = {**losses, **added_losses}
 
-        residual = x
-        if self.normalize_before:
-            x = self.final_layer_norm(x)
-        x = self.activation_fn(self.fc1(x))
-        x = self.activation_dropout_module(x)
-        x = self.fc2(x)
-        x = self.dropout_module(x)
-        x = self.residual_connection(x, residual)
-        if not self.normalize_before:
-            x = self.final_layer_norm(x)
+        x = self._feed_forward_sublayer(x)
         if self.auxiliary_loss_names:
             return (x, *_ordered_losses(self.auxiliary_loss_names, losses))
         return x
@@ -172,14 +177,5 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
             if not self.normalize_before:
                 x = self.encoder_attn_layer_norm(x)
 
-        residual = x
-        if self.normalize_before:
-            x = self.final_layer_norm(x)
-        x = self.activation_fn(self.fc1(x))
-        x = self.activation_dropout_module(x)
-        x = self.fc2(x)
-        x = self.dropout_module(x)
-        x = self.residual_connection(x, residual)
-        if not self.normalize_before:
-            x = self.final_layer_norm(x)
+        x = self._feed_forward_sublayer(x)
         return (x, attn, None, *_ordered_losses(self.auxiliary_loss_names, losses))

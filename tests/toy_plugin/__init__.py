@@ -22,10 +22,15 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 
 @register_encoder_mechanism("toy_parent_bias")
 class ToyParentBias(SyntaxMechanism):
-    """Score modifier: adds a learned scalar to the score of each query's parent (first piece), in 2 heads."""
+    """Score modifier: adds a learned scalar to the score of each query's parent (first piece), in 2 heads of a
+    layer with twice the model's heads."""
 
     shape = "score_modifier"
     features = ("src_parent_first",)
+
+    @classmethod
+    def attention_heads(cls, args, default):
+        return 2 * default  # its layers have twice the model's heads (as LDD's layer has 16 of 8)
 
     def __init__(self, args, embed_dim, num_heads, layer_index):
         super().__init__(args, embed_dim, num_heads, layer_index)
