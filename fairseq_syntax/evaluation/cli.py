@@ -409,6 +409,9 @@ def encoder_self_attention(checkpoint: Path, data_bin: Path, split: str = "test"
     sample = dataset.collater([dataset[index]])
     net_input = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
     attention = layers[layer].self_attn
+    if attention is None:
+        raise EvaluationError(f"--layer {layer}: its syntax mechanism replaces self-attention; there are no "
+                              f"attention weights to plot")
     captured = []
     original_forward, original_skip = attention.forward, getattr(attention, "skip_embed_dim_check", False)
 
