@@ -15,9 +15,15 @@ from .helpers import USER_DIR, run_cli
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
 
 COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
-          "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.002",
-          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--cpu", "--seed", "7",
+          "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.002",
+          "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--cpu", "--seed", "7",
           "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--disable-validation"]
+# every syntax method (PASCAL with parent ignoring: random per update; LISA: an auxiliary loss; S&H: embeddings)
+ARCHS = pytest.mark.parametrize("arch", [
+    ["--arch", "transformer_pascal_tiny", "--parent-ignoring", "0.3"],
+    ["--arch", "transformer_lisa_tiny"],
+    ["--arch", "transformer_sh_tiny"],
+], ids=["pascal", "lisa", "sh"])
 
 
 def losses(result):
@@ -25,10 +31,11 @@ def losses(result):
     return {int(u): float(l) for l, u in re.findall(r"train_inner .*? loss=([0-9.]+), .*?num_updates=(\d+)", output)}
 
 
-def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path):  # noqa: F811
-    """PASCAL with parent ignoring and dropout (random per update), interrupted mid-epoch after 4 updates."""
+@ARCHS
+def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path, arch):  # noqa: F811
+    """Dropout on (random per update), interrupted mid-epoch after 4 updates."""
     _, destdir = data_bin
-    args = [destdir, *COMMON, "--parent-ignoring", "0.3", "--max-tokens", "600", "--no-epoch-checkpoints"]
+    args = [destdir, *COMMON, *arch, "--max-tokens", "600", "--no-epoch-checkpoints"]
     straight = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "a"))
     run_cli("fairseq-train", *args, "--max-update", "4", "--save-dir", tmp_path / "b")
     resumed = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "b"))
@@ -43,14 +50,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin, tmp_path):  # noqa: F811
+@ARCHS
+def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin, tmp_path, arch):  # noqa: F811
     """fairseq's own distributed runtime on CPU: 2 workers x 1 batch per update against 1 worker x update-freq 2
     (no dropout, so both see the same batches and the same computation)."""
     import subprocess
 
     from .helpers import BIN
     _, destdir = data_bin
-    args = [destdir, *COMMON, "--dropout", "0", "--max-tokens", "600", "--max-update", "4", "--no-save"]
+    args = [destdir, *COMMON, *arch, "--dropout", "0", "--parent-ignoring", "0", "--max-tokens", "600",
+            "--max-update", "4", "--no-save"]
     single = losses(run_cli("fairseq-train", *args, "--update-freq", "2"))
     port = free_port()
     env_args = ["--distributed-world-size", "2", "--distributed-no-spawn", "--distributed-backend", "gloo",

@@ -55,7 +55,11 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens)
         mechanism = self.syntax_choice.mechanism
         self.syntax_features = tuple(mechanism.features) if mechanism else ()
+        self.optional_syntax_features = tuple(mechanism.training_features) if mechanism else ()
         self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses) if mechanism else ()
+        self.embedding_mechanism = None
+        if mechanism is not None and mechanism.shape == "embedding":
+            self.embedding_mechanism = mechanism(cfg, embed_tokens.embedding_dim, cfg.encoder.attention_heads, -1)
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
@@ -64,15 +68,22 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, **features):
         syntax = _select_features(self.syntax_features, features, "encoder")
+        syntax.update({name: features[name] for name in self.optional_syntax_features if name in features})
         # fairseq's TransformerEncoderBase.forward_scriptable, with syntax passed to every layer
         encoder_padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = encoder_padding_mask.any()
+        auxiliary_losses: Dict[str, Tensor] = {}
+        if self.embedding_mechanism is not None:
+            if token_embeddings is None:
+                token_embeddings = self.embed_tokens(src_tokens)
+            output = self.embedding_mechanism(token_embeddings, syntax, encoder_padding_mask)
+            token_embeddings, losses = output if isinstance(output, tuple) else (output, {})
+            auxiliary_losses.update(losses)
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
         if has_pads:
             x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
         encoder_states = [x] if return_all_hiddens else []
-        auxiliary_losses: Dict[str, Tensor] = {}
         for layer in self.layers:
             output = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None, syntax=syntax)
             x = _split_layer_output(output, 1, self.auxiliary_loss_names, auxiliary_losses)
@@ -113,6 +124,7 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
                          output_projection=output_projection)
         mechanism = self.syntax_choice.mechanism
         self.syntax_features = tuple(mechanism.features)
+        self.optional_syntax_features = tuple(mechanism.training_features)
         self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses)
         self.token_constraint = mechanism.build_token_constraint(cfg, dictionary)
 
@@ -126,7 +138,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
                 return_all_hiddens: bool = False, **features):
         # In training the target-side features come from the batch; in beam search there are none, and a mechanism
         # derives what it needs from the prefix (its state kept in the incremental state).
-        syntax = {name: features[name] for name in self.syntax_features if name in features}
+        syntax = {name: features[name] for name in self.syntax_features + self.optional_syntax_features
+                  if name in features}
         if encoder_out is not None:
             syntax.update({key[len(SYNTAX_PREFIX):]: value[0] for key, value in encoder_out.items()
                            if key.startswith(SYNTAX_PREFIX)})
@@ -224,6 +237,12 @@ class SyntaxTransformerModel(TransformerModel):
             # its own fields of one: every syntax option would be dropped and PASCAL would train as vanilla
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         syntax_defaults(args)
+        # label dictionary sizes, for mechanisms that embed labels (recorded in the checkpoint's args)
+        label_dicts = getattr(task, "label_dicts", {})
+        for side in ("source", "target"):
+            lang = getattr(task.cfg, f"{side}_lang", None)
+            if lang in label_dicts and getattr(args, f"{side}_label_count", None) is None:
+                setattr(args, f"{side}_label_count", len(label_dicts[lang]))
         return super().build_model(args, task)
 
     @classmethod
@@ -238,7 +257,13 @@ class SyntaxTransformerModel(TransformerModel):
 
     @property
     def syntax_features(self):
+        """Batch features the model needs (a data-bin without their channels is refused)."""
         return set(self.encoder.syntax_features) | set(getattr(self.decoder, "syntax_features", ()))
+
+    @property
+    def optional_syntax_features(self):
+        """Batch features the model uses when the data-bin has their channels (training losses)."""
+        return set(self.encoder.optional_syntax_features) | set(getattr(self.decoder, "optional_syntax_features", ()))
 
     @property
     def auxiliary_loss_weights(self) -> Dict[str, float]:

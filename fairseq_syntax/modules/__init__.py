@@ -10,4 +10,4 @@ from .mechanisms import (  # noqa: F401
 )
 from .syntax_attention import SyntaxBiasedSelfAttention  # noqa: F401
 from .syntax_layers import SyntaxDecoderLayer, SyntaxEncoderLayer  # noqa: F401
-from . import pascal  # noqa: F401  (registers "pascal")
+from . import label_embedding, lisa, pascal  # noqa: F401  (register "label_embedding", "lisa", "pascal")

@@ -7,8 +7,13 @@ declares, once:
                       "score_modifier"    a per-head T x T change of the self-attention scores (a ScoreModification);
                       "added_module"      a sublayer after self-attention, (x, syntax, mask) -> new x;
                       "self_attention"    replaces self-attention: (x, syntax, mask) -> the sublayer output, which
-                                          the layer puts through dropout, the residual and its layer norm
+                                          the layer puts through dropout, the residual and its layer norm;
+                    or, for the encoder as a whole (built once, in the encoder; no layers):
+                      "embedding"         (token embeddings (B, T, C), syntax, mask) -> token embeddings, before
+                                          scaling and positions (Sennrich & Haddow's label features)
   features          the batch features it consumes (names in fairseq_syntax.data.features.FEATURES)
+  training_features features it uses when the data has them (for a training loss, e.g. LISA's parent loss) and
+                    does without otherwise: such a model translates text that was never parsed
   auxiliary_losses  {loss name: option holding its weight}; the mechanism returns the losses (sums over the
                     tokens, like fairseq's loss) and the syntax criterion adds them, weighted, and logs each
   options           a FairseqDataclass of its options, declared once: they become command-line options of the
@@ -30,12 +35,14 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from torch import Tensor
 
-SHAPES = ("score_modifier", "added_module", "self_attention")
+LAYER_SHAPES = ("score_modifier", "added_module", "self_attention")
+SHAPES = LAYER_SHAPES + ("embedding",)
 
 
 @dataclass
 class ScoreModification:
-    """Change the scores of heads [0, num_heads) with `matrix` of shape (B, num_heads or 1, T_query, T_key).
+    """Change the scores of heads [first_head, first_head + num_heads) with `matrix` of shape
+    (B, num_heads or 1, T_query, T_key).
 
     mode: "multiply" (scores * matrix), "add" (scores + matrix) or "replace" (matrix are the scores).
     `auxiliary_losses` are the mechanism's losses for this call (e.g. LISA's parent loss)."""
@@ -44,11 +51,12 @@ class ScoreModification:
     num_heads: int
     mode: str = "multiply"
     auxiliary_losses: Dict[str, Tensor] = field(default_factory=dict)
+    first_head: int = 0
 
     def apply(self, scores: Tensor) -> Tensor:
         """scores: (B, H, T_query, T_key) scaled dot products, changed in place (autograd-safe: the matmul that
         made them does not keep its output, and the product keeps only `matrix`) to avoid copies of B x H x T x T."""
-        modified = scores[:, : self.num_heads]
+        modified = scores[:, self.first_head: self.first_head + self.num_heads]
         if self.mode == "multiply":
             modified.mul_(self.matrix)
         elif self.mode == "add":
@@ -65,6 +73,7 @@ class SyntaxMechanism(nn.Module):
     side = "encoder"
     shape = "score_modifier"
     features: Tuple[str, ...] = ()
+    training_features: Tuple[str, ...] = ()
     auxiliary_losses: Dict[str, str] = {}
     default_layers = "0"
     options: Optional[Type[FairseqDataclass]] = None
@@ -109,11 +118,12 @@ def _register(registry: Dict[str, Type[SyntaxMechanism]], side: str, name: str):
     def register(cls):
         if name in registry or name == "none":
             raise ValueError(f"{side} syntax mechanism {name!r} registered twice (or reserved)")
-        if cls.shape not in SHAPES:
-            raise ValueError(f"{side} syntax mechanism {name!r}: shape {cls.shape!r} is not one of {SHAPES}")
+        shapes = SHAPES if side == "encoder" else LAYER_SHAPES
+        if cls.shape not in shapes:
+            raise ValueError(f"{side} syntax mechanism {name!r}: shape {cls.shape!r} is not one of {shapes}")
         from ..data.features import FEATURES  # the data contract: every declared feature must exist
 
-        unknown = [feature for feature in cls.features if feature not in FEATURES]
+        unknown = [feature for feature in cls.features + cls.training_features if feature not in FEATURES]
         if unknown:
             raise ValueError(f"{side} syntax mechanism {name!r} consumes unregistered batch features {unknown}")
         cls.name, cls.side = name, side
@@ -164,5 +174,7 @@ class MechanismChoice:
             raise ValueError(f"--{side}-syntax {name!r}: not one of {['none'] + sorted(registry)}")
         mechanism = registry[name]
         mechanism.check_args(args)
+        if mechanism.shape == "embedding":
+            return cls(mechanism)
         spec = getattr(args, f"{side}_syntax_layers", None) or mechanism.default_layers
         return cls(mechanism, tuple(parse_layers(spec, num_layers, f"--{side}-syntax-layers")))

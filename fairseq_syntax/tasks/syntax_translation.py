@@ -107,7 +107,9 @@ class SyntaxTranslationTask(TranslationTask):
         saved = getattr(cfg, "syntax_data_fingerprint", None)
         if saved:
             saved = json.loads(saved) if isinstance(saved, str) else dict(saved)
-            differing = sorted(name for name in set(saved) | set(current) if saved.get(name) != current.get(name))
+            # what this data-bin has must match; label dictionaries it lacks are fine (a LISA model translates
+            # unparsed text), and a model that needs labels is refused for the missing channels anyway
+            differing = sorted(name for name in current if name in saved and saved[name] != current[name])
             if differing:
                 raise ValueError(f"the checkpoint was trained with other dictionaries than {self.cfg.data}: "
                                  f"{', '.join(differing)} differ (use the data-bin it was trained on)")
@@ -137,6 +139,11 @@ class SyntaxTranslationTask(TranslationTask):
                 raise ValueError(f"this model needs the {lang} channels {missing} (for {needed}), which "
                                  f"{self.cfg.data} does not have")
         self.net_input_features.update(wanted)
+        # features the model can do without (a LISA model translates unparsed text): asked for where the data has them
+        for name in getattr(model, "optional_syntax_features", ()):
+            side_manifest = self.manifest.sides.get(langs[FEATURES[name].side]) if self.manifest is not None else None
+            if side_manifest is not None and set(FEATURES[name].channels) <= set(side_manifest.channels):
+                self.net_input_features.add(name)
         self.auxiliary_losses = tuple(getattr(model, "auxiliary_loss_weights", {}))
         return model
 

@@ -1,0 +1,40 @@
+"""Sennrich & Haddow (2016) label features in the Transformer, as Bugliarello & Okazaki (2020, appendix A.2) ran
+them: each source piece's dependency label (of its word) is embedded in a few dimensions (10) that replace the last
+dimensions of its token embedding, so the encoder's width, and every layer after it, match vanilla's.
+"""
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from fairseq.dataclass import FairseqDataclass
+from torch import Tensor
+
+from .mechanisms import SyntaxMechanism, register_encoder_mechanism
+
+
+@dataclass
+class LabelEmbeddingOptions(FairseqDataclass):
+    label_embed_dim: int = field(default=10, metadata={
+        "help": "dimensions of the label embedding, replacing the last ones of the token embedding (paper: 10)"})
+
+
+@register_encoder_mechanism("label_embedding")
+class LabelEmbeddingFeatures(SyntaxMechanism):
+    shape = "embedding"
+    features = ("src_labels",)
+    options = LabelEmbeddingOptions
+
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+        super().__init__(args, embed_dim, num_heads, layer_index)
+        self.dim = self.option(args, "label_embed_dim")
+        if not 1 <= self.dim < embed_dim:
+            raise ValueError(f"--label-embed-dim must be in 1..{embed_dim - 1}, got {self.dim}")
+        num_labels = getattr(args, "source_label_count", None)
+        if not num_labels:
+            raise ValueError("the label embedding needs the source label dictionary: train with --task "
+                             "syntax_translation on a data-bin whose source side was parsed")
+        self.embedding = nn.Embedding(num_labels, self.dim, padding_idx=0)  # 0: EOS and padding
+
+    def forward(self, token_embeddings: Tensor, syntax, padding_mask) -> Tensor:
+        labels = self.embedding(syntax["src_labels"]).to(token_embeddings.dtype)
+        return torch.cat([token_embeddings[..., : -self.dim], labels], dim=-1)
