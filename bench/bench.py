@@ -77,7 +77,7 @@ def ensure_data_bin(args) -> Path:
 def train(data_bin, arch_args, name, save_dir, updates):
     log = run([BIN / "fairseq-train", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
                "-s", "en", "-t", "de", *arch_args, "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-4",
-               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
+               "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
                "--max-update", updates, "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
                "--cpu", "--seed", "1", "--log-format", "simple", "--log-interval", "10", "--num-workers", "0"])
     rates = [float(x) for x in re.findall(r"train_inner .*?wps=([0-9.]+)", log)]

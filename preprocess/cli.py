@@ -8,6 +8,10 @@ original 1-based line number of every kept pair) and {split}.drops.tsv (every dr
 With --add-to DATA_BIN, only the --validpref/--testpref splits are made, into that existing data-bin, with its
 sentencepiece model, label dictionaries and parsers (from its syntax.json), so models trained on it can translate
 them (e.g. challenge sets: --testpref challenge=export/challenge, then fairseq-generate --gen-subset challenge).
+
+With --multitask-parse, the data-bin is the multi-task baseline of Currey & Heafield (2019): tagged translation
+pairs plus, in train, a parse pair (source -> linearized source tree) of every line; no side channels
+(preprocess/multitask.py; README, "The multi-task baseline").
 """
 import time
 
@@ -34,6 +38,7 @@ from fairseq_syntax.data.channels import (
 )
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
+from . import multitask
 from .parsers import ParseError, build_parser
 from .parsers.base import realign
 from .parsers.conllu_reader import read_conllu
@@ -58,6 +63,11 @@ def get_parser():
                              "model, label dictionaries and parsers; nothing else in it is rewritten")
     parser.add_argument("--source-parser", help="spacy:MODEL | supar:PATH | conllu (reads {pref}.{lang}.conllu)")
     parser.add_argument("--target-parser", help="as --source-parser, for the target side")
+    parser.add_argument("--multitask-parse", action="store_true",
+                        help="write the multi-task data-bin of Currey & Heafield (2019): train = every pair as "
+                             "<translate> src <translate> -> tgt plus <parse> src <parse> -> the linearized "
+                             "--source-parser tree; other splits translation pairs only; no side channels (see "
+                             "README). With --add-to, taken from the data-bin")
     parser.add_argument("--spm-vocab-size", type=int, default=8000,
                         help="sentencepiece vocabulary (includes 256 byte-fallback pieces, so at least ~300)")
     parser.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
@@ -109,6 +119,7 @@ def check_arguments(args) -> None:
                    if not value]
         if missing:
             raise SystemExit(f"fairseq-syntax-preprocess: {', '.join(missing)} required (or --add-to DATA_BIN)")
+        check_multitask_arguments(args)
         return
     data_bin = args.add_to
     manifest = SyntaxManifest.load(data_bin)
@@ -143,6 +154,24 @@ def check_arguments(args) -> None:
         existing = os.path.join(data_bin, f"{name}.{args.source_lang}-{args.target_lang}.{args.source_lang}.idx")
         if os.path.exists(existing):
             raise SystemExit(f"--add-to {data_bin}: split {name!r} exists already ({existing})")
+    # a multi-task data-bin gets translation pairs with its tags; --multitask-parse needs a multi-task data-bin
+    info = multitask.load_info(data_bin)
+    if args.multitask_parse and info is None:
+        raise SystemExit(f"--add-to {data_bin} --multitask-parse: the data-bin is not a multi-task data-bin (no "
+                         f"{multitask.MULTITASK_NAME}); its splits would not match its models")
+    args.multitask_parse = info is not None
+    check_multitask_arguments(args)
+
+
+def check_multitask_arguments(args) -> None:
+    """--multitask-parse needs a source tree and writes no side channels."""
+    if not args.multitask_parse:
+        return
+    if not args.source_parser:
+        raise SystemExit("--multitask-parse needs --source-parser: the parse task's targets are the source trees")
+    if args.target_parser:
+        raise SystemExit("--multitask-parse writes no side channels (its tags would put them out of step with the "
+                         "tokens): --target-parser would be unused; leave it out")
 
 
 @dataclass
@@ -308,11 +337,21 @@ class Preprocessor:
         label_dicts = self.build_label_dicts(datas)
         encoder = WordAlignedEncoder(spm_path)
         encoded = [self.encode_split(data, encoder) for data in datas]
-        dictionary = self.build_dictionary(encoder)
+        info = None
+        if args.multitask_parse:
+            try:
+                info = (multitask.load_info(args.destdir) if args.add_to
+                        else multitask.new_info(self.langs[0], self.langs[1], label_dicts[self.langs[0]].labels[1:]))
+            except multitask.LinearizationError as error:
+                raise SystemExit(f"--multitask-parse: {error}") from None
+        dictionary = self.build_dictionary(encoder, info["dictionary_symbols"] if info else ())
         stages["labels_and_subwords"] = time.time() - mark
         mark = time.time()
         src, tgt = self.langs
         for data, (pieces, word_ids) in zip(datas, encoded):
+            if info is not None:
+                self.write_multitask_split(data, pieces, word_ids, dictionary, info)
+                continue
             for lang in self.langs:
                 self.binarize_tokens(data.name, lang, pieces[lang], dictionary)
                 if lang in data.trees:
@@ -331,13 +370,16 @@ class Preprocessor:
         manifest = SyntaxManifest(
             source_lang=src, target_lang=tgt, spm_model="spm.model",
             sides={lang: SideManifest.for_channels(self.parser_specs[lang],
-                                                   TREE_CHANNELS if lang in label_dicts else (),
-                                                   len(label_dicts[lang]) if lang in label_dicts else 0)
+                                                   TREE_CHANNELS if lang in label_dicts and info is None else (),
+                                                   len(label_dicts[lang]) if lang in label_dicts and info is None
+                                                   else 0)
                    for lang in self.langs})
         if not args.add_to:  # an extended data-bin keeps its manifest and label dictionaries (used as given)
             manifest.save(args.destdir)
             for lang, labels in label_dicts.items():
                 labels.save(label_dict_path(args.destdir, lang))
+        if info is not None:  # new splits of a multi-task data-bin add their pair counts
+            multitask.save_info(args.destdir, info)
         summary = {
             "seconds": round(time.time() - t0, 2), "startup_seconds": round(t0 - IMPORT_START, 2),
             "stage_seconds": {stage: round(seconds, 2) for stage, seconds in stages.items()},
@@ -351,14 +393,23 @@ class Preprocessor:
         logger.info("done: %s", json.dumps(summary))
         return summary
 
-    def build_dictionary(self, encoder: WordAlignedEncoder) -> Dictionary:
+    def build_dictionary(self, encoder: WordAlignedEncoder, extra_symbols=()) -> Dictionary:
         """The fairseq dictionary is the sentencepiece vocabulary itself (in its order), for both sides: it does
-        not depend on which lines a run saw, so shards and separate runs agree, and embeddings can be shared."""
+        not depend on which lines a run saw, so shards and separate runs agree, and embeddings can be shared.
+        A multi-task data-bin appends its tags and linearization tokens (extra_symbols, in their order)."""
         processor = encoder.processor
         dictionary = Dictionary()
         for piece_id in range(processor.get_piece_size()):
             if not (processor.is_control(piece_id) or processor.is_unknown(piece_id)):
                 dictionary.add_symbol(processor.id_to_piece(piece_id))
+        if extra_symbols:
+            clashes = [symbol for symbol in dictionary.symbols[dictionary.nspecial:]
+                       if symbol in extra_symbols or multitask.is_structure_token(symbol)]
+            if clashes:
+                raise SystemExit(f"--multitask-parse: sentencepiece pieces {clashes[:5]} look like the multi-task "
+                                 f"tags or linearization tokens; use another --spm-model")
+            for symbol in extra_symbols:
+                dictionary.add_symbol(symbol)
         dictionary.pad_to_multiple_(8)
         for lang in self.langs:
             path = os.path.join(self.args.destdir, f"dict.{lang}.txt")
@@ -398,6 +449,20 @@ class Preprocessor:
                 data.drops.append((data.line_numbers[position], lang, reason, data.texts[lang][position]))
             data.select([p for p in range(len(data.line_numbers)) if p not in unknown])
         return label_dicts
+
+    def write_multitask_split(self, data: SplitData, pieces, word_ids, dictionary, info: dict) -> None:
+        """Tagged translation pairs and, in train, the parse pairs after them (preprocess/multitask.py); the kept
+        sentences and reports as in every data-bin; no side channels."""
+        src, tgt = self.langs
+        sources, targets, counts = multitask.make_pairs(data.name == "train", pieces[src], pieces[tgt],
+                                                        word_ids[src], data.trees[src])
+        self.binarize_tokens(data.name, src, sources, dictionary)
+        self.binarize_tokens(data.name, tgt, targets, dictionary)
+        for lang in self.langs:
+            with open(os.path.join(self.args.destdir, f"{data.name}.{lang}.txt"), "w", encoding="utf-8") as f:
+                f.writelines(text + "\n" for text in data.texts[lang])
+        self.write_reports(data)
+        info["pairs"][data.name] = counts
 
     def binarize_tokens(self, split, lang, sentences, dictionary):
         src, tgt = self.langs

@@ -33,7 +33,8 @@ UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 sys.path.insert(0, str(REPO))
 from fairseq_syntax.models.systems import BASELINE, MULTI30K_SYSTEMS as SYSTEMS  # noqa: E402  (one list for bench too)
 TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--criterion", "label_smoothed_cross_entropy",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
+            "--criterion", "syntax_label_smoothed_cross_entropy",  # plus the methods' auxiliary losses, if any
             "--label-smoothing", "0.1", "--max-tokens", "4096", "--max-epoch", "100", "--seed", "1", "--cpu",
             "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "100", "--num-workers", "0"]
 PARSERS = {

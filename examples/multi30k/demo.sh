@@ -29,7 +29,7 @@ echo "== 3/4 train $ARCH for at most $MINUTES minutes of wall time"
 "$BIN/fairseq-train" "$WORK/data-bin" --user-dir "$REPO/fairseq_syntax" --task syntax_translation \
   --source-lang en --target-lang de --arch "$ARCH" --share-all-embeddings \
   --optimizer adam --adam-betas '(0.9, 0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 400 \
-  --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 \
+  --criterion syntax_label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 \
   --stop-time-hours "$("$BIN/python" -c "print($MINUTES / 60)")" --max-epoch 50 \
   --save-dir "$WORK/checkpoints/$ARCH" --no-epoch-checkpoints --cpu --seed 1 \
   --log-format simple --log-interval 50 --num-workers 0 2>&1 | grep --line-buffered -v -i warn | tee "$WORK/train.$ARCH.log" | grep --line-buffered -E "train_inner|valid on|done training" || true

@@ -1,5 +1,5 @@
 """Architectures for the multi-task baseline of Currey & Heafield (2019): a stock fairseq `transformer` trained on
-a multi-task data-bin (`fairseq-syntax-preprocess --multitask-parse`, preprocess/MULTITASK.md), where it learns
+a multi-task data-bin (`fairseq-syntax-preprocess --multitask-parse`, README "The multi-task baseline"), where it learns
 to translate (`<translate>` source `<translate>`) and to parse the source into its linearized dependency tree
 (`<parse>` source `<parse>`). The method is all in the data, so these are the vanilla sizes under the method's name:
 the model gets plain batches (`--task syntax_translation`, no syntax features)."""

@@ -6,4 +6,6 @@ BASELINE = "vanilla"
 MULTI30K_SYSTEMS = {
     BASELINE: ["--arch", "transformer_multi30k"],  # stock fairseq transformer
     "pascal": ["--arch", "transformer_pascal_multi30k"],
+    "lisa": ["--arch", "transformer_lisa_multi30k"],
+    "sh": ["--arch", "transformer_sh_multi30k"],  # Sennrich & Haddow label embeddings
 }
