@@ -29,7 +29,7 @@ from torch import Tensor
 from .channels import CHANNELS
 from .subword import NO_WORD, copy_to_pieces, first_piece, middle_piece_halves, parent_words, word_spans
 
-KINDS = ("position", "label", "word_index", "word_value")
+FEATURE_KINDS = ("position", "label", "word_index", "word_value")  # (channels have kinds of their own)
 ALIGNMENTS = {"source": "source", "target": "target", "prev_output": "target"}  # alignment -> side it reads
 
 
@@ -98,8 +98,8 @@ FEATURES: Dict[str, BatchFeature] = {}
 
 
 def register_feature(feature: BatchFeature) -> BatchFeature:
-    if feature.kind not in KINDS:
-        raise ValueError(f"feature {feature.name}: kind {feature.kind!r} is not one of {KINDS}")
+    if feature.kind not in FEATURE_KINDS:
+        raise ValueError(f"feature {feature.name}: kind {feature.kind!r} is not one of {FEATURE_KINDS}")
     if feature.alignment not in ALIGNMENTS:
         raise ValueError(f"feature {feature.name}: alignment {feature.alignment!r} is not one of {list(ALIGNMENTS)}")
     existing = FEATURES.get(feature.name)

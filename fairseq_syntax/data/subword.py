@@ -1,6 +1,6 @@
 """Word-level syntax seen from subword pieces: the expansion rules (word -> piece), each written once on batched
-torch tensors so the collater and a mechanism on the device use the same function, and per-sentence numpy views
-of one tree used by preprocessing checks, the evaluator and tests.
+torch tensors so the collater and a mechanism on the device use the same function, and per-sentence views of one
+tree made with those same rules.
 
 Coordinates: a batch row's `word_ids` (B, T) holds, in every column that carries a piece, the 0-based word of that
 piece and -1 in every other column (EOS, BOS, padding). Columns already include the padding offset and the shift of
@@ -14,41 +14,6 @@ import torch
 from torch import Tensor
 
 NO_WORD = -1
-
-
-# ---- per-sentence numpy views (0-based positions within the sentence's pieces) -------------------------------
-
-def word_spans_np(word_ids: np.ndarray, num_words: int):
-    """First and last piece index of every word (word_ids is non-decreasing and covers 0..num_words-1)."""
-    ids = np.asarray(word_ids, dtype=np.int64)
-    first = np.searchsorted(ids, np.arange(num_words), side="left")
-    last = np.searchsorted(ids, np.arange(num_words), side="right") - 1
-    return first, last
-
-
-def parent_words_np(heads: np.ndarray) -> np.ndarray:
-    """0-based parent word of every word; the root is its own parent (PASCAL, section 2)."""
-    heads = np.asarray(heads, dtype=np.int64)
-    return np.where(heads == 0, np.arange(len(heads)), heads - 1)
-
-
-def parent_middle_positions(syntax) -> np.ndarray:
-    """PASCAL: for every piece, the middle position of its word's parent: (first + last) / 2 over the parent's
-    pieces, so a parent split into pieces 6, 7, 8 gives 7 and one split into 4, 5 gives 4.5."""
-    first, last = word_spans_np(syntax.word_ids, len(syntax.heads))
-    middle = (first + last) / 2.0
-    return middle[parent_words_np(syntax.heads)][np.asarray(syntax.word_ids, dtype=np.int64)]
-
-
-def parent_first_positions(syntax) -> np.ndarray:
-    """LISA: for every piece, the first piece of its word's parent (the root points at its own first piece)."""
-    first, _ = word_spans_np(syntax.word_ids, len(syntax.heads))
-    return first[parent_words_np(syntax.heads)][np.asarray(syntax.word_ids, dtype=np.int64)]
-
-
-def piece_labels(syntax) -> np.ndarray:
-    """Every piece carries its word's dependency label id."""
-    return np.asarray(syntax.labels, dtype=np.int64)[np.asarray(syntax.word_ids, dtype=np.int64)]
 
 
 # ---- batched expansion rules (torch; CPU in the collater or on the device) -----------------------------------
@@ -114,3 +79,31 @@ def parent_words(heads: Tensor) -> Tensor:
     is its own parent."""
     own = torch.arange(heads.size(1), device=heads.device).expand_as(heads)
     return torch.where(heads > 0, heads - 1, own)
+
+
+# ---- one sentence at a time: the same rules on a batch of one (0-based positions within its pieces) -----------
+
+def _one_sentence(syntax):
+    word_ids = torch.as_tensor(np.asarray(syntax.word_ids, dtype=np.int64))[None]
+    heads = torch.as_tensor(np.asarray(syntax.heads, dtype=np.int64))[None]
+    first, last = word_spans(word_ids, heads.size(1))
+    return word_ids, parent_words(heads), first, last
+
+
+def parent_middle_positions(syntax) -> np.ndarray:
+    """PASCAL: for every piece, the middle position of its word's parent: (first + last) / 2 over the parent's
+    pieces, so a parent split into pieces 6, 7, 8 gives 7 and one split into 4, 5 gives 4.5."""
+    word_ids, parents, first, last = _one_sentence(syntax)
+    return copy_to_pieces(middle_piece_halves(parents, first, last), word_ids, 0)[0].numpy() / 2.0
+
+
+def parent_first_positions(syntax) -> np.ndarray:
+    """LISA: for every piece, the first piece of its word's parent (the root points at its own first piece)."""
+    word_ids, parents, first, _ = _one_sentence(syntax)
+    return copy_to_pieces(first_piece(parents, first), word_ids, 0)[0].numpy()
+
+
+def piece_labels(syntax) -> np.ndarray:
+    """Every piece carries its word's dependency label id."""
+    labels = torch.as_tensor(np.asarray(syntax.labels, dtype=np.int64))[None]
+    return copy_to_pieces(labels, _one_sentence(syntax)[0], 0)[0].numpy()
