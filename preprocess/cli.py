@@ -36,12 +36,17 @@ from fairseq_syntax.data.channels import (
     MANIFEST_NAME, MAX_WORDS, LabelDictionary, SentenceSyntax, SideManifest, SyntaxManifest, TREE_CHANNELS,
     label_dict_path,
 )
+from fairseq_syntax.data.dependency_distributions import (
+    DEFAULT_MASS, DEFAULT_MAX_HEADS, LABEL_GROUP_CHANNEL, LDD_CHANNELS, MARGINALS, OUTSIDE_GROUPS,
+)
+from fairseq_syntax.data.label_groups import SCHEMES, format_table, group_of
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
 from . import multitask
 from .parsers import ParseError, build_parser
 from .parsers.base import realign
 from .parsers.conllu_reader import read_conllu
+from .parsers.supar_parser import DistributionOptions
 from .subwords import WordAlignedEncoder, train_sentencepiece
 from .text_input import find_input, normalize_line, parser_view, read_lines
 
@@ -68,6 +73,23 @@ def get_parser():
                              "<translate> src <translate> -> tgt plus <parse> src <parse> -> the linearized "
                              "--source-parser tree; other splits translation pairs only; no side channels (see "
                              "README). With --add-to, taken from the data-bin")
+    ldd = parser.add_argument_group("labeled dependency distributions (LDD, Liu & Sima'an; needs a SuPar source "
+                                    "parser)")
+    ldd.add_argument("--source-ldd", action="store_true",
+                     help="also store the source side's labeled dependency distributions over 16 label groups (the "
+                          "ldd_* channels) and each word's 1-best label group (label_groups)")
+    ldd.add_argument("--ldd-mass", type=float, default=None,
+                     help=f"keep each word's most probable heads until their mass reaches this (default "
+                          f"{DEFAULT_MASS})")
+    ldd.add_argument("--ldd-max-heads", type=int, default=None,
+                     help=f"... but at most this many heads per word (default {DEFAULT_MAX_HEADS})")
+    ldd.add_argument("--ldd-marginals", choices=MARGINALS, default=None,
+                     help="head distributions: per-row softmax of the arc scores (the paper; default) or the "
+                          "marginals of the distribution over trees (Matrix-Tree theorem)")
+    ldd.add_argument("--ldd-label-scheme", choices=("auto",) + SCHEMES, default=None,
+                     help="label set of the parser, for the 16 groups (default: guessed from its labels)")
+    ldd.add_argument("--print-label-groups", action="store_true",
+                     help="print the label groups of Stanford, UD and ClearNLP labels and exit")
     parser.add_argument("--spm-vocab-size", type=int, default=8000,
                         help="sentencepiece vocabulary (includes 256 byte-fallback pieces, so at least ~300)")
     parser.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
@@ -120,6 +142,7 @@ def check_arguments(args) -> None:
         if missing:
             raise SystemExit(f"fairseq-syntax-preprocess: {', '.join(missing)} required (or --add-to DATA_BIN)")
         check_multitask_arguments(args)
+        check_ldd_arguments(args)
         return
     data_bin = args.add_to
     manifest = SyntaxManifest.load(data_bin)
@@ -143,9 +166,19 @@ def check_arguments(args) -> None:
     args.source_parser = adopt("--source-parser", args.source_parser, manifest.sides[args.source_lang].parser)
     args.target_parser = adopt("--target-parser", args.target_parser, manifest.sides[args.target_lang].parser)
     for lang, side in manifest.sides.items():
-        if side.channels and list(side.channels) != list(TREE_CHANNELS):
+        if side.channels and list(side.channels) not in (list(TREE_CHANNELS), list(TREE_CHANNELS + LDD_WRITES)):
             raise SystemExit(f"--add-to {data_bin}: side {lang} carries channels {', '.join(side.channels)}; "
-                             f"this preprocessor writes only {', '.join(TREE_CHANNELS)}")
+                             f"this preprocessor writes only {', '.join(TREE_CHANNELS + LDD_WRITES)}")
+    source_settings = manifest.sides[args.source_lang].settings.get("ldd")
+    if (args.source_ldd or ldd_options_given(args)) and source_settings is None:
+        raise SystemExit(f"--add-to {data_bin}: the data-bin has no LDD channels; --source-ldd would make splits its "
+                         f"models never saw")
+    if source_settings is not None:  # new splits get the distributions exactly as the data-bin's
+        args.source_ldd = True
+        for key in LDD_SETTINGS:
+            given = getattr(args, "ldd_" + key)
+            given = None if given == "auto" else given
+            setattr(args, "ldd_" + key, adopt(f"--ldd-{key.replace('_', '-')}", given, source_settings[key]))
     given = dict(item.split("=", 1) for item in args.label_dict)
     args.label_dict = [f"{lang}=" + adopt(f"--label-dict {lang}=", given.get(lang), label_dict_path(data_bin, lang),
                                           same_path)
@@ -161,6 +194,40 @@ def check_arguments(args) -> None:
                          f"{multitask.MULTITASK_NAME}); its splits would not match its models")
     args.multitask_parse = info is not None
     check_multitask_arguments(args)
+    check_ldd_arguments(args)
+
+
+LDD_WRITES = LDD_CHANNELS + (LABEL_GROUP_CHANNEL,)
+
+
+LDD_SETTINGS = ("mass", "max_heads", "marginals", "label_scheme")  # recorded in syntax.json
+
+
+def ldd_options_given(args) -> bool:
+    return any(getattr(args, "ldd_" + key) is not None for key in LDD_SETTINGS)
+
+
+def check_ldd_arguments(args) -> None:
+    if not args.source_ldd:
+        if ldd_options_given(args):
+            raise SystemExit("--ldd-* options describe --source-ldd, which is not given")
+        return
+    if args.multitask_parse:
+        raise SystemExit("--source-ldd writes side channels; --multitask-parse writes none")
+    if not (args.source_parser or "").startswith("supar:"):
+        raise SystemExit(f"--source-ldd needs --source-parser supar:PATH (the distributions are a SuPar biaffine "
+                         f"parser's scores), not {args.source_parser}")
+    if args.ldd_mass is not None and not 0 < args.ldd_mass <= 1:
+        raise SystemExit(f"--ldd-mass must be in (0, 1], got {args.ldd_mass}")
+    if args.ldd_max_heads is not None and args.ldd_max_heads < 1:
+        raise SystemExit(f"--ldd-max-heads must be at least 1, got {args.ldd_max_heads}")
+
+
+def distribution_options(args) -> DistributionOptions:
+    return DistributionOptions(mass=DEFAULT_MASS if args.ldd_mass is None else args.ldd_mass,
+                               max_heads=args.ldd_max_heads or DEFAULT_MAX_HEADS,
+                               marginals=args.ldd_marginals or "softmax",
+                               label_scheme=args.ldd_label_scheme or "auto")
 
 
 def check_multitask_arguments(args) -> None:
@@ -198,7 +265,9 @@ class Preprocessor:
         if not args.spm_only:
             for lang, spec in self.parser_specs.items():
                 if spec and spec != "conllu":
-                    self.parsers[lang] = build_parser(spec, lang, workers=args.workers)
+                    distributions = (distribution_options(args) if lang == args.source_lang and args.source_ldd
+                                     else None)
+                    self.parsers[lang] = build_parser(spec, lang, workers=args.workers, distributions=distributions)
         if not 0 <= args.shard_id < args.num_shards:
             raise SystemExit(f"--shard-id must be in 0..{args.num_shards - 1}")
         if args.num_shards > 1 and not args.spm_model:
@@ -355,12 +424,18 @@ class Preprocessor:
             for lang in self.langs:
                 self.binarize_tokens(data.name, lang, pieces[lang], dictionary)
                 if lang in data.trees:
-                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, TREE_CHANNELS)
+                    ldd = lang == src and args.source_ldd
+                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, self.side_channels(lang))
                     for tree, ids in zip(data.trees[lang], word_ids[lang]):
+                        extra = {}
+                        if ldd:
+                            extra = dict(tree.distributions.channels(), label_groups=np.asarray(
+                                [self.label_group(label) for label in tree.labels]))
                         writer.add(SentenceSyntax(
                             word_ids=np.asarray(ids),
                             heads=np.asarray(tree.heads),
                             labels=np.asarray([label_dicts[lang].encode(label) for label in tree.labels]),
+                            **extra,
                         ))
                     writer.finalize()
                 with open(os.path.join(args.destdir, f"{data.name}.{lang}.txt"), "w", encoding="utf-8") as f:
@@ -370,9 +445,10 @@ class Preprocessor:
         manifest = SyntaxManifest(
             source_lang=src, target_lang=tgt, spm_model="spm.model",
             sides={lang: SideManifest.for_channels(self.parser_specs[lang],
-                                                   TREE_CHANNELS if lang in label_dicts and info is None else (),
+                                                   self.side_channels(lang) if lang in label_dicts and info is None
+                                                   else (),
                                                    len(label_dicts[lang]) if lang in label_dicts and info is None
-                                                   else 0)
+                                                   else 0, settings=self.side_settings(lang))
                    for lang in self.langs})
         if not args.add_to:  # an extended data-bin keeps its manifest and label dictionaries (used as given)
             manifest.save(args.destdir)
@@ -385,6 +461,7 @@ class Preprocessor:
             "stage_seconds": {stage: round(seconds, 2) for stage, seconds in stages.items()},
             "splits": {d.name: {"kept": len(d.line_numbers), "dropped": len(d.drops)} for d in datas},
             "joined_roots": {lang: getattr(p, "joined_roots", 0) for lang, p in self.parsers.items()},
+            **({"ldd": self.parsers[src].distribution_stats.summary()} if args.source_ldd else {}),
             "shard": f"{args.shard_id + 1}/{args.num_shards}",
         }
         report = f"preprocess.{'+'.join(d.name for d in datas)}.json" if args.add_to else "preprocess.json"
@@ -392,6 +469,21 @@ class Preprocessor:
             json.dump(summary, f, indent=2)
         logger.info("done: %s", json.dumps(summary))
         return summary
+
+    def side_channels(self, lang: str):
+        return TREE_CHANNELS + (LDD_WRITES if lang == self.args.source_lang and self.args.source_ldd else ())
+
+    def side_settings(self, lang: str) -> dict:
+        if not (lang == self.args.source_lang and self.args.source_ldd):
+            return {}
+        parser = self.parsers[lang]
+        options = parser.distributions
+        return {"ldd": {"mass": options.mass, "max_heads": options.max_heads, "marginals": options.marginals,
+                        "label_scheme": parser.label_scheme}}
+
+    def label_group(self, label: str) -> int:
+        group = group_of(label, self.parsers[self.args.source_lang].label_scheme)
+        return OUTSIDE_GROUPS if group is None else group
 
     def build_dictionary(self, encoder: WordAlignedEncoder, extra_symbols=()) -> Dictionary:
         """The fairseq dictionary is the sentencepiece vocabulary itself (in its order), for both sides: it does
@@ -513,6 +605,9 @@ def run(argv=None) -> dict:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
     args = get_parser().parse_args(argv)
+    if args.print_label_groups:
+        print(format_table())
+        return {}
     check_arguments(args)
     if args.source_parser is None and args.target_parser is None:
         logger.warning("no --source-parser or --target-parser: the data-bin will carry tokens only")

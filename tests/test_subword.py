@@ -110,7 +110,8 @@ def test_target_and_prev_output_alignment(left_pad):
 
 def test_every_feature_declares_its_kind_and_side():
     for name, feature in FEATURES.items():
-        assert feature.kind in ("position", "label", "word_index", "word_value"), name
+        assert feature.kind in ("position", "label", "word_index", "word_value", "edge_value"), name
         assert feature.alignment in ("source", "target", "prev_output"), name
     assert FEATURES["src_parent_middle_halves"].scale == 2
     assert FEATURES["prev_labels"].side == "target"
+    assert FEATURES["src_ldd_probs"].kind == "edge_value" and FEATURES["src_label_groups"].kind == "word_value"

@@ -13,18 +13,22 @@ from fairseq_syntax.checkpoint_security import UnsafeCheckpointError
 
 from .helpers import USER_DIR, run_cli
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
+from .test_ldd import ldd_bin  # noqa: F401  (the same lines with LDD channels from a tiny SuPar parser)
+from .test_supar_parser import tiny_model  # noqa: F401
 
 COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
           "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.002",
           "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--cpu", "--seed", "7",
           "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--disable-validation"]
 # every method: PASCAL (parent ignoring in the resume test: random per update), LISA (an auxiliary loss), S&H
-# (embeddings), multi-task (a stock transformer on its own data-bin)
+# (embeddings), multi-task (a stock transformer on its own data-bin), LDD (16 heads of stored distributions, on
+# its own data-bin)
 METHODS = {
     "pascal": ["--arch", "transformer_pascal_tiny"],
     "lisa": ["--arch", "transformer_lisa_tiny"],
     "sh": ["--arch", "transformer_sh_tiny"],
     "multitask": ["--arch", "transformer_multitask_tiny"],
+    "ldd": ["--arch", "transformer_ldd_tiny"],
 }
 RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"]}
 ARCHS = pytest.mark.parametrize("method", list(METHODS))
@@ -43,6 +47,8 @@ def multitask_bin(data_bin, tmp_path_factory):  # noqa: F811
 
 
 def method_bin(method, data_bin, request):  # noqa: F811
+    if method == "ldd":
+        return request.getfixturevalue("ldd_bin")[1]
     return request.getfixturevalue("multitask_bin") if method == "multitask" else data_bin[1]
 
 

@@ -32,7 +32,7 @@ UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 
 sys.path.insert(0, str(REPO))
 from fairseq_syntax.models.systems import (  # noqa: E402  (one list for bench too)
-    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, own_data_bin_command,
+    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
 )
 TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
@@ -98,8 +98,16 @@ def system_data_bins(out: Path, name: str, shared: Path, src: str, tgt: str, src
     (the multi-task baseline), whose test split must hold the same lines so that one set of references scores all."""
     bins = {}
     for system in SYSTEMS:
-        destdir = out / "data" / f"{name}.{system}"
-        command = own_data_bin_command(system, shared, destdir, out / "raw", src, tgt, src_parser)
+        destdir = out / "data" / f"{name}.{own_data_bin_name(system)}"
+        supar = None  # LDD needs a SuPar source parser: the data-bin's own if it is one, else EWT's (English)
+        if OWN_DATA_BINS.get(system, None) and OWN_DATA_BINS[system].supar_source and not src_parser.startswith(
+                "supar:"):
+            if src != "en":
+                sys.exit(f"{system} needs a SuPar parser of {src}: give {name} a supar source parser")
+            shipped = REPO / "parsers" / "en_ewt.supar"  # `make parsers`; else trained here from EWT
+            supar = f"supar:{shipped if shipped.exists() else train_parser(out, 'en_ewt')}"
+        command = own_data_bin_command(system, shared, destdir, out / "raw", src, tgt, src_parser,
+                                       supar_parser=supar)
         if command is None:
             bins[system] = shared
             continue

