@@ -28,7 +28,7 @@ test: install
 demo: install
 	DATA_ROOT=$(DATA_ROOT) DEMO_TRAIN_MINUTES=$(DEMO_TRAIN_MINUTES) bash examples/multi30k/demo.sh $(DEMO_DIR)
 
-bench: install
+bench: install parsers/en_ewt.supar
 	DATA_ROOT=$(DATA_ROOT) $(PY) bench/bench.py --workdir work/bench
 
 clean-demo:
@@ -36,11 +36,17 @@ clean-demo:
 
 # SuPar parsers with UD labels (offline, from ../shared/data/ud), used as --source-parser supar:PATH
 UD := $(DATA_ROOT)/ud
-parsers: install
+parsers: parsers/en_ewt.supar parsers/de_gsd_pud.supar
+
+# made once (delete the file to retrain); the benchmark's LDD systems need the English one
+parsers/en_ewt.supar: | $(VENV)/.installed
 	mkdir -p parsers
 	$(PY) -m preprocess.train_parser --train $(UD)/UD_English-EWT/en_ewt-ud-train.conllu.gz \
 	  --dev $(UD)/UD_English-EWT/en_ewt-ud-dev.conllu.gz --test $(UD)/UD_English-EWT/en_ewt-ud-test.conllu.gz \
 	  --output parsers/en_ewt.supar --config small --epochs 8
+
+parsers/de_gsd_pud.supar: | $(VENV)/.installed
+	mkdir -p parsers
 	$(PY) -m preprocess.train_parser --train $(UD)/UD_German-GSD/de_gsd-ud-dev.conllu.gz \
 	  --train $(UD)/UD_German-PUD/de_pud-ud-test.conllu.gz \
 	  --dev $(UD)/UD_German-GSD/de_gsd-ud-test.conllu.gz --output parsers/de_gsd_pud.supar --config small --epochs 20
