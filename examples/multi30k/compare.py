@@ -32,7 +32,7 @@ UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 
 sys.path.insert(0, str(REPO))
 from fairseq_syntax.models.systems import (  # noqa: E402  (one list for bench too)
-    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
+    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, needs_other_supar_parser, own_data_bin_command, own_data_bin_name,
 )
 TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
@@ -100,8 +100,7 @@ def system_data_bins(out: Path, name: str, shared: Path, src: str, tgt: str, src
     for system in SYSTEMS:
         destdir = out / "data" / f"{name}.{own_data_bin_name(system)}"
         supar = None  # LDD needs a SuPar source parser: the data-bin's own if it is one, else EWT's (English)
-        if OWN_DATA_BINS.get(system, None) and OWN_DATA_BINS[system].supar_source and not src_parser.startswith(
-                "supar:"):
+        if needs_other_supar_parser(system, src_parser):
             if src != "en":
                 sys.exit(f"{system} needs a SuPar parser of {src}: give {name} a supar source parser")
             shipped = REPO / "parsers" / "en_ewt.supar"  # `make parsers`; else trained here from EWT

@@ -45,7 +45,7 @@ def own_data_bin_command(system: str, shared: Path, destdir: Path, raw: Path, sr
     own = OWN_DATA_BINS.get(system)
     if own is None:
         return None
-    if own.supar_source and not src_parser.startswith("supar:"):
+    if needs_other_supar_parser(system, src_parser):
         if not supar_parser:
             raise ValueError(f"system {system} needs a SuPar source parser; the shared data-bin's is {src_parser}")
         src_parser = supar_parser
@@ -53,6 +53,12 @@ def own_data_bin_command(system: str, shared: Path, destdir: Path, raw: Path, sr
     return ["-s", src, "-t", tgt, *[arg for split in splits for arg in (prefixes[split], raw / split)],
             "--source-parser", src_parser, "--spm-model", shared / "spm.model", "--destdir", destdir,
             "--workers", "2", *own.options]
+
+
+def needs_other_supar_parser(system: str, src_parser: str) -> bool:
+    """Whether `system`'s own data-bin needs a SuPar source parser that the shared data-bin's parser is not."""
+    own = OWN_DATA_BINS.get(system)
+    return bool(own and own.supar_source and not src_parser.startswith("supar:"))
 
 
 def own_data_bin_name(system: str) -> Optional[str]:
