@@ -41,12 +41,12 @@ parsers: parsers/en_ewt.supar parsers/de_gsd_pud.supar
 # made once (delete the file to retrain); the benchmark's LDD systems need the English one
 parsers/en_ewt.supar: | $(VENV)/.installed
 	mkdir -p parsers
-	$(PY) -m preprocess.train_parser --train $(UD)/UD_English-EWT/en_ewt-ud-train.conllu.gz \
+	$(PY) -m fairseq_syntax_preprocess.train_parser --train $(UD)/UD_English-EWT/en_ewt-ud-train.conllu.gz \
 	  --dev $(UD)/UD_English-EWT/en_ewt-ud-dev.conllu.gz --test $(UD)/UD_English-EWT/en_ewt-ud-test.conllu.gz \
 	  --output parsers/en_ewt.supar --config small --epochs 8
 
 parsers/de_gsd_pud.supar: | $(VENV)/.installed
 	mkdir -p parsers
-	$(PY) -m preprocess.train_parser --train $(UD)/UD_German-GSD/de_gsd-ud-dev.conllu.gz \
+	$(PY) -m fairseq_syntax_preprocess.train_parser --train $(UD)/UD_German-GSD/de_gsd-ud-dev.conllu.gz \
 	  --train $(UD)/UD_German-PUD/de_pud-ud-test.conllu.gz \
 	  --dev $(UD)/UD_German-GSD/de_gsd-ud-test.conllu.gz --output parsers/de_gsd_pud.supar --config small --epochs 20

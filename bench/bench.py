@@ -110,7 +110,7 @@ def generate(data_bin, checkpoint):
 
 
 def preprocess_vs_parser(workdir: Path, lines: int):
-    from preprocess.parsers.spacy_parser import load_parser_pipeline
+    from fairseq_syntax.parsers.spacy_parser import load_parser_pipeline
 
     raw = workdir / "raw"
     sample = workdir / "sample"

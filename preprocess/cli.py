@@ -11,7 +11,7 @@ them (e.g. challenge sets: --testpref challenge=export/challenge, then fairseq-g
 
 With --multitask-parse, the data-bin is the multi-task baseline of Currey & Heafield (2019): tagged translation
 pairs plus, in train, a parse pair (source -> linearized source tree) of every line; no side channels
-(preprocess/multitask.py; README, "The multi-task baseline").
+(fairseq_syntax/data/multitask.py; README, "The multi-task baseline").
 """
 import time
 
@@ -42,13 +42,14 @@ from fairseq_syntax.data.dependency_distributions import (
 from fairseq_syntax.data.label_groups import SCHEMES, format_table, group_of
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
-from . import multitask
-from .parsers import ParseError, build_parser
-from .parsers.base import realign
-from .parsers.conllu_reader import read_conllu
-from .parsers.supar_parser import DistributionOptions
-from .subwords import WordAlignedEncoder, train_sentencepiece
-from .text_input import find_input, normalize_line, parser_view, read_lines
+from fairseq_syntax.data import multitask
+from fairseq_syntax.parsers import ParseError, build_parser
+from fairseq_syntax.parsers.base import realign
+from fairseq_syntax.parsers.conllu_reader import read_conllu
+from fairseq_syntax.parsers.supar_parser import DistributionOptions
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder, train_sentencepiece
+from fairseq_syntax.data.text_normalization import normalize_line, parser_view
+from .text_input import find_input, read_lines
 
 logger = logging.getLogger("fairseq_syntax.preprocess")
 
@@ -543,7 +544,7 @@ class Preprocessor:
         return label_dicts
 
     def write_multitask_split(self, data: SplitData, pieces, word_ids, dictionary, info: dict) -> None:
-        """Tagged translation pairs and, in train, the parse pairs after them (preprocess/multitask.py); the kept
+        """Tagged translation pairs and, in train, the parse pairs after them (fairseq_syntax/data/multitask.py); the kept
         sentences and reports as in every data-bin; no side channels."""
         src, tgt = self.langs
         sources, targets, counts = multitask.make_pairs(data.name == "train", pieces[src], pieces[tgt],

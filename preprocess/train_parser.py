@@ -152,7 +152,7 @@ def evaluate_parser(model_path: str, conllu_path: str, punct: bool = True) -> di
     """UAS and LAS (percent, 0-100) of a SuPar model (a file the caller trusts) on a gold CoNLL-U file (may be
     gzipped; multiword tokens and empty nodes are dropped). Trees are decoded well-formed (MST), as the
     preprocessing does. `punct=True` counts punctuation (UD convention)."""
-    from preprocess.parsers.supar_parser import _quiet_supar_warnings, load_supar_model
+    from fairseq_syntax.parsers.supar_parser import _quiet_supar_warnings, load_supar_model
 
     with tempfile.TemporaryDirectory() as tmp, _quiet_supar_warnings():
         parser = load_supar_model(model_path)
@@ -170,7 +170,7 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     from supar import BiaffineDependencyParser
     from supar.utils import Config
 
-    from preprocess.parsers.supar_parser import _quiet_supar_warnings, trusted_supar_checkpoint
+    from fairseq_syntax.parsers.supar_parser import _quiet_supar_warnings, trusted_supar_checkpoint
 
     epochs = epochs or DEFAULT_EPOCHS[config]
     output = os.path.abspath(output)

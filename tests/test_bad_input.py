@@ -6,8 +6,8 @@ import pytest
 
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.data.syntax_channels import SideChannelError
-from preprocess.cli import cli_main as preprocess_main
-from preprocess.parsers.conllu_reader import read_conllu
+from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
+from fairseq_syntax.parsers.conllu_reader import read_conllu
 
 from .test_end_to_end import load_task
 
@@ -197,8 +197,8 @@ def test_model_needing_syntax_on_plain_data_bin_is_refused(small_bin):
 
 
 def test_sentence_the_parser_fails_on_is_dropped_in_step(tmp_path, monkeypatch):
-    from preprocess.parsers import spacy_parser
-    from preprocess.parsers.base import ParseError
+    from fairseq_syntax.parsers import spacy_parser
+    from fairseq_syntax.parsers.base import ParseError
 
     original = spacy_parser.SpacyParser.from_doc
 
@@ -229,7 +229,7 @@ def test_odd_unicode_survives_the_whole_chain(tmp_path):
     """Zero-width space, combining accent, right-to-left mark, emoji, no-break space, tab: kept, and the binarized
     pieces decode to exactly the original sentence."""
     from fairseq.data import Dictionary, data_utils
-    from preprocess.subwords import WordAlignedEncoder
+    from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 
     odd = ["A cafe\u0301 sign\u200b here.", "Two\u00a0dogs \u200fplay\tin the snow 🐕.", "Ünïcödé wörds everywhere!"]
     src = GOOD[:3] + odd + GOOD[3:]

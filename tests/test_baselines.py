@@ -10,7 +10,7 @@ import torch
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
 from fairseq_syntax.modules.lisa import LisaParentAttention, parent_loss
-from preprocess.cli import cli_main as preprocess_main
+from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .helpers import USER_DIR, run_cli
 from .test_end_to_end import data_bin, load_task  # noqa: F401  (module fixture: a small syntax data-bin)

@@ -11,9 +11,9 @@ import fairseq_syntax  # noqa: F401  (registers the task and models)
 from fairseq import tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq import options
-from preprocess.cli import cli_main as preprocess_main
-from preprocess.parsers.spacy_parser import SpacyParser
-from preprocess.subwords import WordAlignedEncoder
+from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
+from fairseq_syntax.parsers.spacy_parser import SpacyParser
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 
 from .helpers import USER_DIR, run_cli, write_multi30k_sample
 

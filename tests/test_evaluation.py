@@ -184,7 +184,7 @@ def test_length_buckets_against_hand_count():
 
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory, data_root):
-    from preprocess.subwords import train_sentencepiece
+    from fairseq_syntax.data.sentencepiece_codec import train_sentencepiece
     with gzip.open(data_root / "multi30k" / "task1_raw" / "train.de.gz", "rt", encoding="utf-8") as f:
         sentences = [next(f).rstrip("\n") for _ in range(400)]
     return Path(train_sentencepiece(sentences + REFERENCES + GOOD, 400,
@@ -205,7 +205,7 @@ def write_generate_output(path: Path, hypotheses, sources, encoder, order):
 
 
 def test_generate_output_ids_out_of_order_decoded_with_sentencepiece(spm_model, files, tmp_path):
-    from preprocess.subwords import WordAlignedEncoder
+    from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
     encoder = WordAlignedEncoder(str(spm_model))
     order = [5, 0, 11, 3, 1, 2, 10, 4, 9, 6, 8, 7]
     generate = write_generate_output(tmp_path / "gen.txt", GOOD, SOURCES, encoder, order)

@@ -18,7 +18,7 @@ from fairseq_syntax.data.dependency_distributions import (
 from fairseq_syntax.data.syntax_channels import SyntaxChannels
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
 from fairseq_syntax.modules.ldd import LabeledDependencyDistributions
-from preprocess.cli import cli_main as preprocess_main
+from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .helpers import USER_DIR, run_cli, write_multi30k_sample
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small spaCy-parsed data-bin)
@@ -275,7 +275,7 @@ PARSE = ["The cat sat on the mat.", "Where is the nearest train station?", "He l
 
 
 def test_supar_distributions_sum_to_one_and_agree_with_the_parser(tiny_model):  # noqa: F811
-    from preprocess.parsers.supar_parser import DistributionOptions, SuparParser
+    from fairseq_syntax.parsers.supar_parser import DistributionOptions, SuparParser
 
     parser = SuparParser(str(tiny_model["model"]), "en",
                          distributions=DistributionOptions(mass=1.0, max_heads=1000), tokens_per_batch=60)

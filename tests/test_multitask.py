@@ -9,10 +9,10 @@ import pytest
 
 import fairseq_syntax  # noqa: F401  (registers the task and the presets)
 from fairseq.data import Dictionary, data_utils
-from preprocess.cli import run as preprocess_run
-from preprocess.multitask import LinearizationError, delinearize, linearize
-from preprocess.parsers.base import ParseError
-from preprocess.parsers.conllu_reader import read_conllu
+from fairseq_syntax_preprocess.cli import run as preprocess_run
+from fairseq_syntax.data.multitask import LinearizationError, delinearize, linearize
+from fairseq_syntax.parsers.base import ParseError
+from fairseq_syntax.parsers.conllu_reader import read_conllu
 
 from .helpers import USER_DIR, run_cli, write_multi30k_sample
 

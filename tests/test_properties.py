@@ -5,9 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from preprocess.parsers.base import ParsedSentence
-from preprocess.parsers.conllu_reader import read_conllu
-from preprocess.subwords import WordAlignedEncoder, train_sentencepiece
+from fairseq_syntax.parsers.base import ParsedSentence
+from fairseq_syntax.parsers.conllu_reader import read_conllu
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder, train_sentencepiece
 
 ALPHABET = string.ascii_letters + string.digits + ".,;:!?'\"()-äöüßéñ漢字€"
 WORD = st.text(alphabet=ALPHABET, min_size=1, max_size=12)

@@ -5,10 +5,10 @@ import gzip
 import pytest
 import spacy
 
-from preprocess.parsers.base import ParsedSentence, spaces_from_offsets
-from preprocess.subwords import WordAlignedEncoder, train_sentencepiece
-from preprocess.parsers.base import realign
-from preprocess.text_input import normalize_line, parser_view
+from fairseq_syntax.parsers.base import ParsedSentence, spaces_from_offsets
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder, train_sentencepiece
+from fairseq_syntax.parsers.base import realign
+from fairseq_syntax.data.text_normalization import normalize_line, parser_view
 
 
 def words_of(tokenizer, text):

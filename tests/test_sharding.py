@@ -7,7 +7,7 @@ import pytest
 
 import fairseq_syntax  # noqa: F401
 from fairseq.data import data_utils
-from preprocess.cli import cli_main as preprocess_main
+from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .helpers import USER_DIR, run_cli, write_multi30k_sample
 

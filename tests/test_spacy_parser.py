@@ -1,8 +1,8 @@
 """The spaCy backend: forked workers give exactly the serial parses, in order, with the same drops."""
 import gzip
 
-from preprocess.parsers.base import ParseError
-from preprocess.parsers.spacy_parser import CHUNK_SIZE, SpacyParser, load_parser_pipeline
+from fairseq_syntax.parsers.base import ParseError
+from fairseq_syntax.parsers.spacy_parser import CHUNK_SIZE, SpacyParser, load_parser_pipeline
 
 
 def test_parallel_parses_equal_serial_parses(data_root):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.parsers.base import ParsedSentence, ParseError
-from preprocess.train_parser import evaluate_parser, prepare_conllu
+from fairseq_syntax.parsers.base import ParsedSentence, ParseError
+from fairseq_syntax_preprocess.train_parser import evaluate_parser, prepare_conllu
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data"))
@@ -72,7 +72,7 @@ def _train_tiny_model(d: Path):
         f.write("".join(blocks[300:400]))
     (d / "test.conllu").write_text("".join(blocks[400:450]), encoding="utf-8")
     model = d / "out" / "en.supar"
-    cmd = [sys.executable, "-m", "preprocess.train_parser",
+    cmd = [sys.executable, "-m", "fairseq_syntax_preprocess.train_parser",
            "--train", str(d / "train-a.conllu.gz"), "--train", str(d / "train-b.conllu"),
            "--dev", str(d / "dev.conllu.gz"), "--test", str(d / "test.conllu"),
            "--output", str(model), "--config", "small", "--epochs", "4", "--seed", "1", "--threads", "1"]
@@ -84,7 +84,7 @@ def _train_tiny_model(d: Path):
 
 @pytest.fixture(scope="module")
 def parser(tiny_model):
-    from preprocess.parsers.supar_parser import SuparParser
+    from fairseq_syntax.parsers.supar_parser import SuparParser
 
     return SuparParser(str(tiny_model["model"]), "en")
 
@@ -184,8 +184,8 @@ def test_prepare_conllu_drops_multiword_tokens_and_ends_with_blank_line(tmp_path
 
 def test_preprocess_with_supar_parser(tiny_model, tmp_path):
     """fairseq-syntax-preprocess --source-parser supar:PATH end to end; the label dictionary is the model's."""
-    from preprocess.cli import cli_main as preprocess_main
-    from preprocess.parsers.supar_parser import SuparParser
+    from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
+    from fairseq_syntax.parsers.supar_parser import SuparParser
     from fairseq_syntax.data.channels import LabelDictionary
     from tests.helpers import write_multi30k_sample
     from tests.test_end_to_end import load_task

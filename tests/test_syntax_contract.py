@@ -12,7 +12,7 @@ from fairseq import utils
 
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.modules.pascal import ParentScaledModifier
-from preprocess.cli import cli_main as preprocess_main
+from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .helpers import REPO, USER_DIR, run_cli, write_multi30k_sample
 from .test_end_to_end import data_bin, load_task  # noqa: F401  (module fixture: a small syntax data-bin)

@@ -37,7 +37,7 @@ ARCHS = pytest.mark.parametrize("method", list(METHODS))
 @pytest.fixture(scope="module")
 def multitask_bin(data_bin, tmp_path_factory):  # noqa: F811
     """The multi-task data-bin of the same lines, with the same sentencepiece model."""
-    from preprocess.cli import cli_main as preprocess_main
+    from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
     raw, destdir = data_bin
     out = tmp_path_factory.mktemp("multitask") / "data-bin"
     preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--source-parser",

@@ -69,7 +69,7 @@ def train_parser(out: Path, name: str) -> Path:
         args, epochs = PARSERS[name]
         log(f"training the {name} parser ({epochs} epochs)")
         model.parent.mkdir(parents=True, exist_ok=True)
-        run([BIN / "python", "-m", "preprocess.train_parser", *args, "--output", model, "--config", "small",
+        run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model, "--config", "small",
              "--epochs", epochs], out / "parsers" / f"{name}.log")
     return model
 

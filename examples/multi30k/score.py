@@ -9,7 +9,7 @@ from pathlib import Path
 import sacrebleu
 
 from fairseq_syntax.evaluation.cli import parse_generate_output
-from preprocess.subwords import WordAlignedEncoder
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 
 
 def read_hypotheses(path, encoder):

@@ -236,7 +236,7 @@ UD: Mapping[str, Decision] = MappingProxyType(dict(sorted({
 }.items())))
 
 # ClearNLP labels: every label of the parser of spaCy's English pipelines (en_core_web_sm 3.8: 45 labels). "dep"
-# is also what preprocess/parsers/spacy_parser.py gives the extra roots it joins to the first one.
+# is also what fairseq_syntax/parsers/spacy_parser.py gives the extra roots it joins to the first one.
 CLEARNLP: Mapping[str, Decision] = MappingProxyType(dict(sorted({
     "ROOT": _renamed("root", "spaCy writes the root label in capitals"),
     "aux": _same("aux"),

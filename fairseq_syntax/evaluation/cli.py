@@ -108,7 +108,7 @@ class PieceDecoder:
         if spm_model is not None:
             if not Path(spm_model).is_file():
                 raise EvaluationError(f"sentencepiece model not found: {spm_model}")
-            from preprocess.subwords import WordAlignedEncoder
+            from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
             self.encoder = WordAlignedEncoder(str(spm_model))
 
     def decode_all(self, lines: Sequence[str], path: Path, what: str = "hypotheses") -> List[str]:

@@ -11,11 +11,16 @@ import os
 import random
 import re
 import tempfile
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Protocol, Sequence, Tuple
 
 import sentencepiece as spm
 
-from .parsers.base import ParsedSentence
+
+
+class WordsWithSpaces(Protocol):
+    """A parsed sentence as the codec needs it (fairseq_syntax.parsers.base.ParsedSentence is one)."""
+    words: List[str]
+    spaces_before: List[str]
 
 SPM_OPTIONS = dict(
     model_type="unigram",
@@ -57,15 +62,15 @@ class WordAlignedEncoder:
         self.processor = spm.SentencePieceProcessor(model_file=model_path)
 
     @staticmethod
-    def segments(sentence: ParsedSentence) -> List[str]:
+    def segments(sentence: WordsWithSpaces) -> List[str]:
         """Each word with the whitespace before it (the first word gets the sentence's leading " ")."""
         return [" " + sentence.words[0]] + [s + w for s, w in zip(sentence.spaces_before[1:], sentence.words[1:])]
 
-    def encode_words(self, sentence: ParsedSentence) -> Tuple[List[str], List[int]]:
+    def encode_words(self, sentence: WordsWithSpaces) -> Tuple[List[str], List[int]]:
         """Pieces of the sentence and, for each piece, the 0-based index of the word it belongs to."""
         return self.encode_many_words([sentence])[0]
 
-    def encode_many_words(self, sentences: Sequence[ParsedSentence], num_threads: int = 2):
+    def encode_many_words(self, sentences: Sequence[WordsWithSpaces], num_threads: int = 2):
         """encode_words for many sentences in one call into sentencepiece (its threads, no per-word Python call)."""
         flat, bounds = [], [0]
         for sentence in sentences:
