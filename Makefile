@@ -1,4 +1,4 @@
-# fairseq-syntax: `make demo` (Multi30k En->De PASCAL, end to end) and `make test` (the test suite).
+# fairseq-syntax: `make demo` (Multi30k En->De PASCAL, end to end) and `make test` (lint, then the test suite).
 # Both create .venv in the repository root when it is missing.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -6,9 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA_ROOT ?= $(abspath ../shared/data)
 DEMO_DIR ?= work/demo
-DEMO_TRAIN_MINUTES ?= 10
+DEMO_UPDATES ?= 500
 
-.PHONY: demo test install bench clean-demo parsers
+.PHONY: demo test lint install bench clean-demo parsers
 
 install: $(VENV)/.installed
 
@@ -22,11 +22,16 @@ $(VENV)/.installed: setup.py requirements/build.txt requirements/runtime.txt req
 	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
-test: install
+test: install lint
 	DATA_ROOT=$(DATA_ROOT) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --durations=15 tests
 
+# ruff (ruff.toml) and the layering contracts (.importlinter): a change that breaks either fails `make test`
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
 demo: install
-	DATA_ROOT=$(DATA_ROOT) DEMO_TRAIN_MINUTES=$(DEMO_TRAIN_MINUTES) bash examples/multi30k/demo.sh $(DEMO_DIR)
+	DATA_ROOT=$(DATA_ROOT) DEMO_UPDATES=$(DEMO_UPDATES) bash examples/multi30k/demo.sh $(DEMO_DIR)
 
 bench: install parsers/en_ewt.supar
 	DATA_ROOT=$(DATA_ROOT) $(PY) bench/bench.py --workdir work/bench

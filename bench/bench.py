@@ -1,5 +1,5 @@
 """Every syntax method against vanilla fairseq `transformer` of the same size, measured in the same run on
-Multi30k En-De (the systems of fairseq_syntax/models/systems.py).
+Multi30k En-De (the systems of examples/multi30k/systems.py, trained with the flags of examples/multi30k/training.py).
 
   train words/s       fairseq-train, target words per second over the updates after a warm-up interval
   generate sent/s     fairseq-generate test2016, beam 5, every hypothesis forced to the same length (so the
@@ -27,9 +27,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from fairseq_syntax.models.systems import (  # noqa: E402
+sys.path.insert(0, str(REPO / "examples" / "multi30k"))  # the comparison's systems and training flags
+from systems import (  # noqa: E402  (examples/multi30k/systems.py)
     BASELINE, MULTI30K_SYSTEMS, own_data_bin_command, own_data_bin_name,
 )
+from training import TRAIN_FLAGS  # noqa: E402  (examples/multi30k/training.py)
 from channel_bytes import measured_bytes_per_token  # noqa: E402  (bench/channel_bytes.py)
 BIN = Path(sys.executable).parent
 # speed targets (fraction of vanilla's) where a method's own costs more: LDD's layer has 16 heads, not 4
@@ -88,12 +90,17 @@ def epoch_target_tokens(data_bin: Path) -> int:
     return int(dataset.sizes.sum())
 
 
+def train_command(data_bin, arch_args, save_dir, updates) -> list:
+    """The shared training flags (the recipe that demo.sh and compare.py train with), plus the benchmark's own: a
+    fixed number of updates, no validation (it is not timed), a log line every 10 updates (words/s is averaged
+    over those lines)."""
+    return [BIN / "fairseq-train", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
+            "-s", "en", "-t", "de", *arch_args, *TRAIN_FLAGS,
+            "--max-update", updates, "--save-dir", save_dir, "--disable-validation", "--log-interval", "10"]
+
+
 def train(data_bin, arch_args, name, save_dir, updates):
-    log = run([BIN / "fairseq-train", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-               "-s", "en", "-t", "de", *arch_args, "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-4",
-               "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
-               "--max-update", updates, "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
-               "--cpu", "--seed", "1", "--log-format", "simple", "--log-interval", "10", "--num-workers", "0"])
+    log = run(train_command(data_bin, arch_args, save_dir, updates))
     rates = [float(x) for x in re.findall(r"train_inner .*?wps=([0-9.]+)", log)]
     if len(rates) < 2:
         sys.exit(f"too few log intervals in the {name} training log")

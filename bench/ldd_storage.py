@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fairseq_syntax.data.dependency_distributions import (  # noqa: E402
-    DEFAULT_MASS, DEFAULT_MAX_HEADS, NUM_GROUPS, PROBABILITY_SCALE, arc_distributions,
+    DEFAULT_MASS, DEFAULT_MAX_HEADS, PROBABILITY_SCALE, arc_distributions,
 )
 from fairseq_syntax.parsers.supar_parser import DistributionOptions, SuparParser  # noqa: E402
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder  # noqa: E402

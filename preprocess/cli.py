@@ -27,27 +27,26 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq_syntax.data.channels import (
-    MANIFEST_NAME, MAX_WORDS, LabelDictionary, SentenceSyntax, SideManifest, SyntaxManifest, TREE_CHANNELS,
+    MANIFEST_NAME, MAX_WORDS, LabelDictionary, SideManifest, SyntaxManifest, TREE_CHANNELS,
     label_dict_path,
 )
 from fairseq_syntax.data.dependency_distributions import (
-    DEFAULT_MASS, DEFAULT_MAX_HEADS, LABEL_GROUP_CHANNEL, LDD_CHANNELS, MARGINALS, OUTSIDE_GROUPS,
+    DEFAULT_MASS, DEFAULT_MAX_HEADS, LABEL_GROUP_CHANNEL, LDD_CHANNELS, MARGINALS,
 )
-from fairseq_syntax.data.label_groups import SCHEMES, format_table, group_of
+from fairseq_syntax.data.label_groups import SCHEMES, format_table
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
 from fairseq_syntax.data import multitask
-from fairseq_syntax.parsers import ParseError, build_parser
+from fairseq_syntax.parsers import ParseError
 from fairseq_syntax.parsers.base import realign
 from fairseq_syntax.parsers.conllu_reader import read_conllu
-from fairseq_syntax.parsers.supar_parser import DistributionOptions
-from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder, train_sentencepiece
+from fairseq_syntax.parsers.sentence_channels import build_side_parser, tree_syntax
+from fairseq_syntax.data.sentencepiece_codec import VocabularyTooSmallError, WordAlignedEncoder, train_sentencepiece
 from fairseq_syntax.data.text_normalization import normalize_line, parser_view
 from .text_input import find_input, read_lines
 
@@ -224,11 +223,11 @@ def check_ldd_arguments(args) -> None:
         raise SystemExit(f"--ldd-max-heads must be at least 1, got {args.ldd_max_heads}")
 
 
-def distribution_options(args) -> DistributionOptions:
-    return DistributionOptions(mass=DEFAULT_MASS if args.ldd_mass is None else args.ldd_mass,
-                               max_heads=args.ldd_max_heads or DEFAULT_MAX_HEADS,
-                               marginals=args.ldd_marginals or "softmax",
-                               label_scheme=args.ldd_label_scheme or "auto")
+def distribution_settings(args) -> dict:
+    """The LDD settings of the options (the form syntax.json records them in)."""
+    return dict(mass=DEFAULT_MASS if args.ldd_mass is None else args.ldd_mass,
+                max_heads=args.ldd_max_heads or DEFAULT_MAX_HEADS, marginals=args.ldd_marginals or "softmax",
+                label_scheme=args.ldd_label_scheme or "auto")
 
 
 def check_multitask_arguments(args) -> None:
@@ -266,9 +265,8 @@ class Preprocessor:
         if not args.spm_only:
             for lang, spec in self.parser_specs.items():
                 if spec and spec != "conllu":
-                    distributions = (distribution_options(args) if lang == args.source_lang and args.source_ldd
-                                     else None)
-                    self.parsers[lang] = build_parser(spec, lang, workers=args.workers, distributions=distributions)
+                    ldd = distribution_settings(args) if lang == args.source_lang and args.source_ldd else None
+                    self.parsers[lang] = build_side_parser(spec, lang, ldd, workers=args.workers)
         if not 0 <= args.shard_id < args.num_shards:
             raise SystemExit(f"--shard-id must be in 0..{args.num_shards - 1}")
         if args.num_shards > 1 and not args.spm_model:
@@ -397,8 +395,12 @@ class Preprocessor:
                 shutil.copyfile(args.spm_model, spm_path)
         else:
             train = datas[0]
-            train_sentencepiece((t for lang in self.langs for t in train.texts[lang]), args.spm_vocab_size,
-                                os.path.join(args.destdir, "spm"), seed=args.seed, num_threads=max(1, args.workers))
+            try:
+                train_sentencepiece((t for lang in self.langs for t in train.texts[lang]), args.spm_vocab_size,
+                                    os.path.join(args.destdir, "spm"), seed=args.seed,
+                                    num_threads=max(1, args.workers))
+            except VocabularyTooSmallError as error:
+                raise SystemExit(f"fairseq-syntax-preprocess: {error}") from None
         stages["sentencepiece_training"] = time.time() - mark
         mark = time.time()
         if args.spm_only:
@@ -426,18 +428,11 @@ class Preprocessor:
                 self.binarize_tokens(data.name, lang, pieces[lang], dictionary)
                 if lang in data.trees:
                     ldd = lang == src and args.source_ldd
-                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, self.side_channels(lang))
+                    channels = self.side_channels(lang)
+                    scheme = self.parsers[src].label_scheme if ldd else None
+                    writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, channels)
                     for tree, ids in zip(data.trees[lang], word_ids[lang]):
-                        extra = {}
-                        if ldd:
-                            extra = dict(tree.distributions.channels(), label_groups=np.asarray(
-                                [self.label_group(label) for label in tree.labels]))
-                        writer.add(SentenceSyntax(
-                            word_ids=np.asarray(ids),
-                            heads=np.asarray(tree.heads),
-                            labels=np.asarray([label_dicts[lang].encode(label) for label in tree.labels]),
-                            **extra,
-                        ))
+                        writer.add(tree_syntax(tree, ids, label_dicts[lang], channels, scheme))
                     writer.finalize()
                 with open(os.path.join(args.destdir, f"{data.name}.{lang}.txt"), "w", encoding="utf-8") as f:
                     f.writelines(text + "\n" for text in data.texts[lang])
@@ -481,10 +476,6 @@ class Preprocessor:
         options = parser.distributions
         return {"ldd": {"mass": options.mass, "max_heads": options.max_heads, "marginals": options.marginals,
                         "label_scheme": parser.label_scheme}}
-
-    def label_group(self, label: str) -> int:
-        group = group_of(label, self.parsers[self.args.source_lang].label_scheme)
-        return OUTSIDE_GROUPS if group is None else group
 
     def build_dictionary(self, encoder: WordAlignedEncoder, extra_symbols=()) -> Dictionary:
         """The fairseq dictionary is the sentencepiece vocabulary itself (in its order), for both sides: it does

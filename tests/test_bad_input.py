@@ -1,5 +1,6 @@
 """Bad input: every problem is an error naming the file and line, or a drop with its reason; nothing shifts."""
 import gzip
+import re
 import shutil
 
 import pytest
@@ -26,7 +27,8 @@ def preprocess(tmp_path, src_lines, tgt_lines, *extra, source_parser="spacy:en_c
     (raw / "train.en").write_text("".join(line + "\n" for line in src_lines), encoding="utf-8")
     (raw / "train.de").write_text("".join(line + "\n" for line in tgt_lines), encoding="utf-8")
     destdir = tmp_path / "bin"
-    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--source-parser", source_parser,
+    parser = ["--source-parser", source_parser] if source_parser else []
+    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), *parser,
                      "--spm-vocab-size", "400", "--destdir", str(destdir), *extra])
     return destdir
 
@@ -241,3 +243,21 @@ def test_odd_unicode_survives_the_whole_chain(tmp_path):
     encoder = WordAlignedEncoder(str(destdir / "spm.model"))
     decoded = [encoder.decode(dictionary.string(tokens[i]).split()) for i in range(len(tokens))]
     assert decoded == src
+
+
+def test_too_small_spm_vocabulary_names_the_minimum_and_the_option(tmp_path):
+    """400 distinct characters need 400 pieces besides the 256 byte pieces and <unk>, <s>, </s>: sentencepiece's
+    own error was an internal RuntimeError ("INTERNAL: ... required_chars. 300 vs 660")."""
+    chars = [chr(0x4E00 + i) for i in range(400)]
+    src = ["".join(chars[i:i + 8]) for i in range(0, len(chars), 8)]
+    tgt = ["Satz %d." % i for i in range(len(src))]
+    with pytest.raises(SystemExit) as error:
+        preprocess(tmp_path / "small", src, tgt, "--spm-vocab-size", "300", source_parser=None)
+    message = str(error.value)
+    assert "vocabulary size 300 is too small" in message and "--spm-vocab-size" in message
+    assert "INTERNAL" not in message
+    minimum = int(re.search(r"must be at least (\d+)", message).group(1))
+    assert minimum > 400 + 256
+    # the number is the real minimum: with it, training succeeds
+    destdir = preprocess(tmp_path / "enough", src, tgt, "--spm-vocab-size", str(minimum), source_parser=None)
+    assert (destdir / "spm.model").exists()

@@ -86,7 +86,7 @@ def test_lisa_head_matches_naive_biaffine(left_pad):
     torch.testing.assert_close(lisa_rows[real], rows[real], rtol=1e-5, atol=1e-6)
     for head in (0, 2, 3):  # the other heads are plain attention (fairseq's softmax is float32 whatever the dtype)
         torch.testing.assert_close(weights[head][real], plain_weights[head][real].double(), rtol=1e-5, atol=1e-6)
-    assert float(modification.auxiliary_losses["lisa_parent"]) == pytest.approx(loss, rel=1e-5)
+    assert float(modification.auxiliary_losses["lisa_parent"].detach()) == pytest.approx(loss, rel=1e-5)
 
 
 def test_parent_loss_is_zero_exactly_when_all_mass_is_on_the_parents():

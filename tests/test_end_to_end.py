@@ -94,14 +94,16 @@ def test_batches_carry_each_sentences_own_parents(data_bin, left_pad):
 
 
 def train_and_generate(destdir, save_dir, arch_args):
-    result = run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de", *arch_args,
+    result = run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en",
+                     "-t", "de", *arch_args,
                      "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "1500", "--max-update", "6",
                      "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                      "--share-all-embeddings", "--save-dir", save_dir, "--cpu", "--no-progress-bar",
                      "--log-interval", "1", "--seed", "3", "--num-workers", "0")
     losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", result.stdout + result.stderr)]
     assert len(losses) == 6 and all(np.isfinite(losses))
-    generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
+    generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation",
+                        "-s", "en", "-t", "de",
                         "--path", save_dir / "checkpoint_last.pt", "--gen-subset", "valid", "--beam", "5",
                         "--batch-size", "16", "--max-len-a", "1", "--max-len-b", "5", "--cpu", "--num-workers", "0")
     hypotheses = [line for line in generated.stdout.splitlines() if line.startswith("H-")]
@@ -138,7 +140,8 @@ def test_checkpoint_with_other_dictionaries_is_refused(data_bin, tmp_path, data_
     """Same vocabulary size, other pieces: without the check, generation would silently mix up token ids."""
     _, destdir = data_bin
     run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
-            "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--max-tokens", "1500",
+            "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam",
+            "--max-tokens", "1500",
             "--max-update", "1", "--save-dir", tmp_path / "ckpt", "--cpu", "--num-workers", "0")
     raw = write_multi30k_sample(data_root, tmp_path / "raw", counts=(("train", "train", 300), ("valid", "val", 10)))
     for lang in ("en", "de"):  # other training text -> another sentencepiece model of the same size

@@ -15,8 +15,9 @@ from nltk.translate.ribes_score import corpus_ribes
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from fairseq_syntax.evaluation import challenge_sets, metrics, plots
-from fairseq_syntax.evaluation.cli import PieceDecoder, cli_main, main, read_system
+from fairseq_syntax.evaluation.cli import cli_main, main
 from fairseq_syntax.evaluation.metrics import EvaluationError
+from fairseq_syntax.evaluation.system_outputs import PieceDecoder, read_system
 
 REFERENCES = [
     "A man in a blue shirt is standing on a ladder cleaning windows.",
@@ -455,7 +456,8 @@ def test_challenge_export_and_score(data_root, tmp_path):
     for run in ("a", "b"):
         samples.append(main(["challenge", "export", "--challenge-dir", str(directory), "--direction", "en-de", "--sets",
                              sets, "--max-per-set", "12", "--out-dir", str(tmp_path / f"sample-{run}")]))
-    assert (tmp_path / "sample-a" / "challenge.en").read_bytes() == (tmp_path / "sample-b" / "challenge.en").read_bytes()
+    exported = [(tmp_path / sample / "challenge.en").read_bytes() for sample in ("sample-a", "sample-b")]
+    assert exported[0] == exported[1]
     sampled_sources = challenge_sets.read_lines(tmp_path / "sample-a" / "challenge.en")
     sampled_references = challenge_sets.read_lines(tmp_path / "sample-a" / "challenge.de")
     for entry in samples[0]["sets"]:

@@ -387,7 +387,7 @@ def test_every_variant_trains_and_generates(ldd_bin, tmp_path):
                             "-s", "en", "-t", "de", "--path", tmp_path / variant / "checkpoint_last.pt",
                             "--gen-subset", "valid", "--beam", "2", "--batch-size", "20", "--max-len-a", "0",
                             "--max-len-b", "6", "--cpu", "--num-workers", "0")
-        hypotheses[variant] = sorted(l for l in generated.stdout.splitlines() if l.startswith("H-"))
+        hypotheses[variant] = sorted(line for line in generated.stdout.splitlines() if line.startswith("H-"))
         assert len(hypotheses[variant]) == 40, variant
 
 

@@ -59,7 +59,8 @@ def to_conllu(n, heads, forms, space_after, multiword, empty_after):
         misc = "_" if space_after[i - 1] or multiword == i else "SpaceAfter=No"
         if multiword is not None and i in (multiword, multiword + 1):
             misc = "_"
-        lines.append(f"{i}\t{forms[i - 1]}\t_\tX\t_\t_\t{heads[i - 1]}\t{'root' if heads[i - 1] == 0 else 'dep'}\t_\t{misc}")
+        label = "root" if heads[i - 1] == 0 else "dep"
+        lines.append(f"{i}\t{forms[i - 1]}\t_\tX\t_\t_\t{heads[i - 1]}\t{label}\t_\t{misc}")
         if empty_after == i:
             lines.append(f"{i}.1\tgap\t_\tX\t_\t_\t_\t_\t{i}:dep\t_")
     return "\n".join(lines) + "\n\n"
@@ -76,7 +77,8 @@ def test_conllu_reader_keeps_trees(tmp_path, tree):
     parsed.validate()  # always a single-rooted tree
     if multiword is None:
         assert parsed.words == forms and parsed.heads == heads
-        expected_text = "".join(f + (" " if s and i < n - 1 else "") for i, (f, s) in enumerate(zip(forms, space_after)))
+        expected_text = "".join(form + (" " if space and i < n - 1 else "")
+                                for i, (form, space) in enumerate(zip(forms, space_after)))
         assert parsed.text == expected_text
     else:
         assert len(parsed.words) == n - 1

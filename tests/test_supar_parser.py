@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
+from fairseq_syntax.paths import data_root
 from fairseq_syntax_preprocess.train_parser import evaluate_parser, prepare_conllu
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_ROOT = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data"))
+DATA_ROOT = data_root()
 EWT_TRAIN = DATA_ROOT / "ud" / "UD_English-EWT" / "en_ewt-ud-train.conllu.gz"
 
 SENTENCES = [
@@ -104,7 +105,7 @@ def test_training_writes_model_and_scores(tiny_model):
     train_text = (work / "train.conllu").read_text(encoding="utf-8")
     assert train_text.endswith("\n\n") and train_text.count("\n\n") == 300
     # multiword tokens ("don't" = do + n't) and empty nodes are dropped: only integer IDs remain
-    ids = [l.split("\t")[0] for l in train_text.splitlines() if l and not l.startswith("#")]
+    ids = [line.split("\t")[0] for line in train_text.splitlines() if line and not line.startswith("#")]
     assert all(i.isdigit() for i in ids)
 
 
@@ -130,7 +131,7 @@ def test_parses_raw_sentences(parser):
             assert all(p >= 0.0 for p in row)
             assert math.isclose(sum(row), 1.0, abs_tol=1e-4)
     inventory = parser.label_inventory()
-    assert "nsubj" in inventory and "root" in inventory and not any(l.startswith("<") for l in inventory)
+    assert "nsubj" in inventory and "root" in inventory and not any(label.startswith("<") for label in inventory)
     assert all(label in inventory for r in results for label in r.labels)
     assert results[1].words[:4] == ["I", "do", "n't", "think"]  # spaCy splits like UD syntactic words
     assert results[4].spaces_before[2] == "  "  # the double space is kept

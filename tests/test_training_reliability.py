@@ -54,7 +54,8 @@ def method_bin(method, data_bin, request):  # noqa: F811
 
 def losses(result):
     output = result if isinstance(result, str) else result.stdout + result.stderr
-    return {int(u): float(l) for l, u in re.findall(r"train_inner .*? loss=([0-9.]+), .*?num_updates=(\d+)", output)}
+    found = re.findall(r"train_inner .*? loss=([0-9.]+), .*?num_updates=(\d+)", output)
+    return {int(updates): float(loss) for loss, updates in found}
 
 
 @ARCHS

@@ -26,19 +26,22 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent
-UD = Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data")) / "ud"
 
 sys.path.insert(0, str(REPO))
-from fairseq_syntax.models.systems import (  # noqa: E402  (one list for bench too)
+sys.path.insert(0, str(HERE))  # its neighbours systems.py and training.py, also when imported from elsewhere
+from fairseq_syntax.paths import data_root  # noqa: E402
+from systems import (  # noqa: E402  (one list for bench too)
     BASELINE, MULTI30K_SYSTEMS as SYSTEMS, needs_other_supar_parser, own_data_bin_command, own_data_bin_name,
 )
-TRAINING = ["--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
-            "--criterion", "syntax_label_smoothed_cross_entropy",  # plus the methods' auxiliary losses, if any
-            "--label-smoothing", "0.1", "--max-tokens", "4096", "--max-epoch", "100", "--seed", "1", "--cpu",
-            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "100", "--num-workers", "0"]
+from training import TRAIN_FLAGS  # noqa: E402  (the recipe of demo.sh and bench/bench.py too)
+
+UD = data_root() / "ud"
+# the shared flags, plus the comparison's own: an epoch cap (the wall-time budget stops training long before) and
+# a log line every 100 updates; --quick lowers --warmup-updates (main)
+TRAINING = [*TRAIN_FLAGS, "--max-epoch", "100", "--log-interval", "100"]
 PARSERS = {
     "en_ewt": (["--train", UD / "UD_English-EWT/en_ewt-ud-train.conllu.gz",
                 "--dev", UD / "UD_English-EWT/en_ewt-ud-dev.conllu.gz",
@@ -69,7 +72,8 @@ def train_parser(out: Path, name: str) -> Path:
         args, epochs = PARSERS[name]
         log(f"training the {name} parser ({epochs} epochs)")
         model.parent.mkdir(parents=True, exist_ok=True)
-        run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model, "--config", "small",
+        run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model,
+             "--config", "small",
              "--epochs", epochs], out / "parsers" / f"{name}.log")
     return model
 
@@ -142,14 +146,18 @@ def challenge_split(out: Path, destdir: Path, direction: str, per_set: int) -> P
     return export / "manifest.json"
 
 
+def train_command(destdir: Path, src: str, tgt: str, system: str, minutes: float, save_dir: Path) -> list:
+    return [BIN / "fairseq-train", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
+            "-s", src, "-t", tgt, *SYSTEMS[system], *TRAINING, "--stop-time-hours", minutes / 60,
+            "--save-dir", save_dir]
+
+
 def train_and_translate(out: Path, bin_name: str, destdir: Path, src: str, tgt: str, system: str, minutes: float):
     work = out / "systems" / bin_name / system
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "trained").exists():
         log(f"training {system} on {bin_name} for {minutes} min")
-        run([BIN / "fairseq-train", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-             "-s", src, "-t", tgt, *SYSTEMS[system], *TRAINING, "--stop-time-hours", minutes / 60,
-             "--save-dir", work / "checkpoints"], work / "train.log")
+        run(train_command(destdir, src, tgt, system, minutes, work / "checkpoints"), work / "train.log")
         (work / "trained").write_text("")
     return translate(destdir, src, tgt, work / "checkpoints" / "checkpoint_last.pt", "test", work / "generate.test.txt")
 
@@ -215,7 +223,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     minutes = args.minutes or (5 if args.quick else 15)
     per_set = args.challenge_per_set if args.challenge_per_set is not None else (30 if args.quick else 300)
-    if args.quick:  # ~270 updates: warm up faster so the short run still says something
+    if args.quick:  # override of the shared flags: ~270 updates, so warm up faster for the short run to say something
         TRAINING[TRAINING.index("--warmup-updates") + 1] = "150"
     start = time.time()
     run([BIN / "python", REPO / "examples/multi30k/prepare_raw.py", out / "raw", "--download"])
@@ -264,7 +272,8 @@ def main():
             mark = lambda key: significance_mark(boot, system, key)  # noqa: E731
             parameters, updates = training_facts(out / "systems" / name / system / "train.log")
             table.append(f"| {name} | {system} | {parameters} | {updates} | {scores['bleu']['score']:.2f} "
-                         f"± {boot['systems'][system]['bleu']['ci']:.2f}{mark('bleu')} | {scores['chrf++']['score']:.2f}{mark('chrf++')} "
+                         f"± {boot['systems'][system]['bleu']['ci']:.2f}{mark('bleu')} | "
+                         f"{scores['chrf++']['score']:.2f}{mark('chrf++')} "
                          f"| {scores['ter']['score']:.2f}{mark('ter')} | {scores['ribes']['score']:.2f} |")
     total_minutes = record_time(out, start, sys.argv[1:])
     header = (f"Multi30k test2016, {minutes:g} min training per system on {cpu_name()} ({os.cpu_count()} cores), "

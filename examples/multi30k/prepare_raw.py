@@ -4,10 +4,12 @@ Reads $DATA_ROOT/multi30k/task1_raw (default ../shared/data); with --download an
 official files from the multi30k/dataset repository instead."""
 import argparse
 import gzip
-import os
 import sys
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from fairseq_syntax.paths import data_root  # noqa: E402
 
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}.{lang}.gz"
@@ -16,8 +18,7 @@ URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out_dir")
-    parser.add_argument("--data-root", default=os.environ.get("DATA_ROOT",
-                        str(Path(__file__).resolve().parents[2].parent / "shared" / "data")))
+    parser.add_argument("--data-root", default=str(data_root()))
     parser.add_argument("--download", action="store_true", help="fetch the official files if no local copy")
     args = parser.parse_args()
     source = Path(args.data_root) / "multi30k" / "task1_raw"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sacrebleu
 
-from fairseq_syntax.evaluation.cli import parse_generate_output
+from fairseq_syntax.evaluation.system_outputs import parse_generate_output
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 
 

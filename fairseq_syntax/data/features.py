@@ -183,7 +183,8 @@ def piece_columns(alignment: str, token_lengths: np.ndarray, padded_length: int,
 
 
 def collate_features(names: Iterable[str], syntaxes_by_side: Dict[str, Sequence], token_lengths_by_side,
-                     padded_length_by_alignment: Dict[str, int], left_pad_by_side: Dict[str, bool]) -> Dict[str, Tensor]:
+                     padded_length_by_alignment: Dict[str, int],
+                     left_pad_by_side: Dict[str, bool]) -> Dict[str, Tensor]:
     """The requested features of a batch, each computed once per alignment from the padded side channels."""
     out = {}
     cache = {}

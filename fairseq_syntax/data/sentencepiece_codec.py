@@ -4,8 +4,9 @@ pieces gives the sentence back exactly.
 The model keeps text as is (identity normalisation, no whitespace clean-up, byte fallback for unseen
 characters). Whitespace other than " " (tab, no-break space, ...) is kept out of the vocabulary, so it is always
 encoded as byte pieces (<0x09>, <0xC2><0xA0>): fairseq dictionaries and generate output are whitespace-separated,
-and a piece containing a tab or a no-break space would be split apart there. Every sentence is encoded as " " + sentence, so its first word gets the word-initial "▁" like the
-others; each word is encoded with the whitespace that precedes it, so pieces never straddle two words.
+and a piece containing a tab or a no-break space would be split apart there. Every sentence is encoded as
+" " + sentence, so its first word gets the word-initial "▁" like the others; each word is encoded with the
+whitespace that precedes it, so pieces never straddle two words.
 """
 import os
 import random
@@ -34,6 +35,20 @@ SPM_OPTIONS = dict(
 )
 SPM_MAX_TRAINING_SENTENCES = 2_000_000
 OTHER_WHITESPACE = re.compile(r"[^\S ]")
+# sentencepiece's check (trainer_interface.cc) that the vocabulary holds every character of the text plus the meta
+# pieces (<unk>, <s>, </s> and the 256 byte pieces): "... Vocabulary size is smaller than required_chars. 300 vs 346"
+TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+class VocabularyTooSmallError(ValueError):
+    """The requested sentencepiece vocabulary cannot hold the characters of the training text."""
+
+    def __init__(self, vocab_size: int, required: int):
+        self.vocab_size, self.required = vocab_size, required
+        super().__init__(
+            f"sentencepiece vocabulary size {vocab_size} is too small for this training text: it must be at least "
+            f"{required} (every distinct character of the text, the 256 byte-fallback pieces and <unk>, <s>, </s> "
+            f"each need a piece). Raise --spm-vocab-size to {required} or more")
 
 
 def train_sentencepiece(sentences: Iterable[str], vocab_size: int, model_prefix: str, seed: int = 1,
@@ -51,6 +66,11 @@ def train_sentencepiece(sentences: Iterable[str], vocab_size: int, model_prefix:
         spm.SentencePieceTrainer.train(input=corpus, model_prefix=model_prefix, vocab_size=vocab_size,
                                        num_threads=num_threads, hard_vocab_limit=False,
                                        **SPM_OPTIONS)
+    except RuntimeError as error:
+        too_small = TOO_SMALL.search(str(error))
+        if too_small is None:
+            raise
+        raise VocabularyTooSmallError(vocab_size, int(too_small.group(2))) from None
     finally:
         os.unlink(corpus)
     return model_prefix + ".model"

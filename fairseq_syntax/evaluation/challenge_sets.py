@@ -29,15 +29,15 @@ What the sets' README (and the snapshot's SOURCE.txt) say about the files, and h
 challenge sets, and are skipped.
 """
 import gzip
-import os
 import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from .. import paths
+
 CHALLENGE_SUBDIR = Path("challenge_sets") / "choshen_abend_2019" / "challenge"
-REPO = Path(__file__).resolve().parents[2]
 PHENOMENA = ("reflexive", "particle", "preposition_stranding", "reorder")
 
 _LDD_NAME = re.compile(r"^(?P<lang>en|de)_(?P<phenomenon>reflexive|particle|preposition_stranding)"
@@ -51,12 +51,8 @@ class ChallengeSetError(ValueError):
     """A challenge set that cannot be read as asked (unknown direction, sides of different lengths)."""
 
 
-def default_data_root() -> Path:
-    return Path(os.environ.get("DATA_ROOT", REPO.parent / "shared" / "data"))
-
-
 def default_challenge_dir(data_root: Optional[Path] = None) -> Path:
-    return Path(data_root or default_data_root()) / CHALLENGE_SUBDIR
+    return Path(data_root or paths.data_root()) / CHALLENGE_SUBDIR
 
 
 def open_text(path: Path):

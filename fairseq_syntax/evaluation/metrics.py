@@ -262,7 +262,9 @@ def attachment_scores(gold_heads: Sequence[Sequence[int]], gold_labels: Sequence
 
 def tree_attachment_scores(gold_trees, pred_trees, **kwargs) -> Dict[str, float]:
     """attachment_scores over two lists of trees with `.words`, `.heads`, `.labels` (e.g. preprocess's
-    ParsedSentence, as read from CoNLL-U by fairseq_syntax.parsers.conllu_reader.read_conllu); the words must match."""
+    ParsedSentence, as read from CoNLL-U by fairseq_syntax.parsers.conllu_reader.read_conllu: over surface words, a
+    multiword token one word, the convention the evaluation's `trees` module reads both sides with); the words must
+    match."""
     if len(gold_trees) != len(pred_trees):
         raise EvaluationError(f"{len(gold_trees)} gold trees but {len(pred_trees)} predicted trees")
     return attachment_scores([t.heads for t in gold_trees], [t.labels for t in gold_trees],

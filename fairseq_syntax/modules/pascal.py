@@ -39,11 +39,13 @@ def ignore_parents(weights: Tensor, probability: float) -> Tensor:
 @dataclass
 class PascalOptions(FairseqDataclass):
     pascal_heads: Optional[int] = field(
-        default=None, metadata={"help": "PASCAL heads per syntax layer (the first N heads); default all heads"})
+        default=None, metadata={"help": "PASCAL heads per syntax layer (the first N heads, 1 to the layer's "
+                                        "attention heads); unset (None): all heads"})
     pascal_variance: float = field(
-        default=1.0, metadata={"help": "variance sigma^2 of the Gaussian around the parent (paper: 1)"})
+        default=1.0, metadata={"help": "variance sigma^2 > 0 of the Gaussian around the parent (paper: 1)"})
     parent_ignoring: float = field(
-        default=0.0, metadata={"help": "probability q of ignoring a token's parent in training (paper: 0-0.4)"})
+        default=0.0, metadata={"help": "probability q in [0, 1] of ignoring a token's parent in training "
+                                       "(paper: 0-0.4)"})
 
 
 @register_encoder_mechanism("pascal")
@@ -52,15 +54,32 @@ class ParentScaledModifier(SyntaxMechanism):
     features = ("src_parent_middle_halves",)
     options = PascalOptions
 
+    @classmethod
+    def check_args(cls, args, num_heads: Optional[int] = None):
+        """Every value is used as given: no 0 that silently means "all heads" or "variance 1"."""
+        if num_heads is None:
+            num_heads = getattr(args, "encoder_attention_heads", None)
+        heads = cls.option(args, "pascal_heads")
+        if heads is not None and not (isinstance(heads, int) and heads >= 1 and (num_heads is None
+                                                                                 or heads <= num_heads)):
+            allowed = f"1 to {num_heads} ({num_heads}: all the layer's attention heads)" if num_heads else "at least 1"
+            raise ValueError(f"--pascal-heads must be a number of heads from {allowed}, got {heads!r}")
+        variance = cls.option(args, "pascal_variance")
+        if not (isinstance(variance, (int, float)) and 0 < variance < math.inf):
+            raise ValueError(f"--pascal-variance must be a positive number (the variance sigma^2 of the Gaussian "
+                             f"around the parent; the paper uses 1), got {variance!r}")
+        parent_ignoring = cls.option(args, "parent_ignoring")
+        if not (isinstance(parent_ignoring, (int, float)) and 0 <= parent_ignoring <= 1):
+            raise ValueError(f"--parent-ignoring must be a probability from 0 to 1 (0: never ignore the parent), "
+                             f"got {parent_ignoring!r}")
+
     def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
         super().__init__(args, embed_dim, num_heads, layer_index)
-        self.num_syntax_heads = self.option(args, "pascal_heads") or num_heads
-        if not 1 <= self.num_syntax_heads <= num_heads:
-            raise ValueError(f"--pascal-heads must be in 1..{num_heads}, got {self.num_syntax_heads}")
-        self.variance = self.option(args, "pascal_variance") or 1.0
-        if self.variance <= 0:
-            raise ValueError("--pascal-variance must be positive")
-        self.parent_ignoring = self.option(args, "parent_ignoring")
+        self.check_args(args, num_heads)
+        heads = self.option(args, "pascal_heads")
+        self.num_syntax_heads = num_heads if heads is None else heads
+        self.variance = float(self.option(args, "pascal_variance"))
+        self.parent_ignoring = float(self.option(args, "parent_ignoring"))
 
     @property
     def num_pascal_heads(self) -> int:

@@ -170,7 +170,8 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
                 x = self.encoder_attn_layer_norm(x)
             x, attn = self.encoder_attn(query=x, key=encoder_out, value=encoder_out,
                                         key_padding_mask=encoder_padding_mask, incremental_state=incremental_state,
-                                        static_kv=True, need_weights=need_attn or (not self.training and self.need_attn),
+                                        static_kv=True,
+                                        need_weights=need_attn or (not self.training and self.need_attn),
                                         need_head_weights=need_head_weights)
             x = self.dropout_module(x)
             x = self.residual_connection(x, residual)

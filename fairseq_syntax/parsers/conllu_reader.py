@@ -1,11 +1,31 @@
-"""Gold (or externally parsed) trees from CoNLL-U files, read with the `conllu` library.
+"""Dependency trees from CoNLL-U files, read with the `conllu` library: the one CoNLL-U reader of the project.
 
-Multiword tokens (e.g. German "zum" = "zu dem") become one word, because subword pieces of the surface token
-cannot be split between its syntactic words: the word of the range closest to the root represents it (its head
-and label), and dependents of the other words of the range attach to it. Empty nodes (enhanced UD) are skipped.
+Preprocessing (gold or externally parsed `{pref}.{lang}.conllu`, `read_conllu`) and the tree scorer of
+`fairseq-syntax-evaluate` (`--generated-trees` / `--parsed-trees`, `read_conllu(..., check_tree=False)`) read trees
+through `surface_words`, so both see the same words, heads and labels.
+
+The convention: trees are over SURFACE words (the tokens of the sentence text), not over UD's syntactic words.
+
+- A multiword token (a range line such as `3-4 zum` over the syntactic words `3 zu` and `4 dem`) becomes ONE word
+  with the range line's form ("zum"), because subword pieces of the surface token cannot be split between its
+  syntactic words, and the trees a model generates are over the surface words of its output.
+- Its head and label are those of its representative: the word of the range closest to the root (fewest arcs up
+  to the root; on a tie, the first word of the range). Its head is then the surface word that holds the
+  representative's head (0 when the representative is the root).
+- Dependents of any word of the range attach to the multiword token (their head becomes its surface index).
+- Empty nodes (enhanced UD, ids like `5.1`) are skipped.
+- Heads are 1-based surface-word indices, 0 for the root, as in CoNLL-U.
+
+Example: `1 Er ->2 nsubj | 2 geht root | 3-4 zum | 3 zu ->5 case | 4 dem ->5 det | 5 Haus ->2 obl` reads as the
+words Er geht zum Haus with heads 2 0 4 2 and labels nsubj root case obl ("zu" and "dem" both hang from "Haus",
+three arcs from the root; on that tie the first, "zu", represents "zum").
+
+`check_tree=True` (preprocessing) also requires a label on every word and a single-rooted tree without cycles;
+`check_tree=False` (scoring) reads any tree (a generated one may have two roots or a cycle), a missing label as
+"_". Either way a word without a head, a head outside the sentence or word ids that are not 1..n is an error.
 """
 import gzip
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import conllu
 from conllu.exceptions import ParseException
@@ -14,6 +34,7 @@ from .base import ParsedSentence, ParseError, spaces_from_offsets
 
 
 def open_text(path: str):
+    path = str(path)
     return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
 
 
@@ -44,7 +65,20 @@ def _depth(word: int, heads: List[int]) -> int:
     return depth
 
 
-def tree_from_tokenlist(tokens, where: str) -> ParsedSentence:
+class SurfaceWords(NamedTuple):
+    """One sentence over its surface words (see the module docstring): forms, 1-based heads (0 = root), labels and
+    each word's MISC field (for SpaceAfter)."""
+    forms: List[str]
+    heads: List[int]
+    labels: List[str]
+    miscs: List[Optional[dict]]
+
+
+def surface_words(tokens, where: str, require_labels: bool = True) -> SurfaceWords:
+    """The sentence of a `conllu` TokenList over its surface words: multiword tokens collapsed into one word, empty
+    nodes skipped (the convention of the module docstring). ParseError for a sentence without words, word ids that
+    are not 1..n, a word without a head, a head outside the sentence, a multiword token past the last word, or
+    (with require_labels) a word without a label; the tree itself is not checked."""
     words = [t for t in tokens if isinstance(t["id"], int)]
     ranges = {t["id"][0]: t for t in tokens if isinstance(t["id"], tuple) and t["id"][1] == "-"}
     if not words:
@@ -58,7 +92,9 @@ def tree_from_tokenlist(tokens, where: str) -> ParsedSentence:
         heads.append(t["head"])
     labels = [t["deprel"] for t in words]
     if any(label in (None, "_", "") for label in labels):
-        raise ParseError(f"{where}: a word has no dependency label")
+        if require_labels:
+            raise ParseError(f"{where}: a word has no dependency label")
+        labels = [label or "_" for label in labels]
     if any(not 0 <= h <= len(words) for h in heads):
         raise ParseError(f"{where}: a head points outside the sentence")
 
@@ -86,39 +122,60 @@ def tree_from_tokenlist(tokens, where: str) -> ParsedSentence:
         head = heads[representative - 1]
         unit_heads.append(0 if head == 0 else unit_of[head] + 1)
         unit_labels.append(labels[representative - 1])
+    return SurfaceWords([form for form, _, _ in units], unit_heads, unit_labels, [misc for _, _, misc in units])
 
-    forms = [form for form, _, _ in units]
+
+def _spaces_from_misc(miscs: List[Optional[dict]]) -> List[str]:
+    spaces = [""]
+    for misc in miscs[:-1]:
+        spaces.append("" if (misc or {}).get("SpaceAfter") == "No" else " ")
+    return spaces
+
+
+def tree_from_tokenlist(tokens, where: str, check_tree: bool = True) -> ParsedSentence:
+    """A ParsedSentence over the surface words (`surface_words`), with the whitespace before each word from
+    '# text' (or from SpaceAfter=No when there is no '# text'). check_tree: labels required, '# text' must hold
+    the words, and the tree must be well-formed (ParsedSentence.validate); without it, a '# text' that does not
+    hold the words falls back to SpaceAfter, and the tree is returned as it is."""
+    surface = surface_words(tokens, where, require_labels=check_tree)
+    forms = surface.forms
     text = tokens.metadata.get("text") if tokens.metadata else None
     if text is not None:
-        offsets, position = [], 0
-        for form in forms:
-            found = text.find(form, position)
-            if found < 0:
-                raise ParseError(f"{where}: word {form!r} not found in '# text'")
-            offsets.append(found)
-            position = found + len(form)
-        spaces = spaces_from_offsets(text, forms, offsets)
+        try:
+            offsets, position = [], 0
+            for form in forms:
+                found = text.find(form, position)
+                if found < 0:
+                    raise ParseError(f"{where}: word {form!r} not found in '# text'")
+                offsets.append(found)
+                position = found + len(form)
+            spaces = spaces_from_offsets(text, forms, offsets)
+        except ParseError:
+            if check_tree:
+                raise
+            spaces = _spaces_from_misc(surface.miscs)
     else:
-        spaces = [""]
-        for _, _, misc in units[:-1]:
-            spaces.append("" if (misc or {}).get("SpaceAfter") == "No" else " ")
-    parsed = ParsedSentence(forms, spaces, unit_heads, unit_labels)
-    try:
-        parsed.validate()
-    except ParseError as error:
-        raise ParseError(f"{where}: {error}") from None
+        spaces = _spaces_from_misc(surface.miscs)
+    parsed = ParsedSentence(forms, spaces, surface.heads, surface.labels)
+    if check_tree:
+        try:
+            parsed.validate()
+        except ParseError as error:
+            raise ParseError(f"{where}: {error}") from None
     return parsed
 
 
-def read_conllu(path: str) -> Iterator[Tuple[int, object]]:
-    """Yield (first line number, ParsedSentence or ParseError) for every sentence of a CoNLL-U file."""
+def read_conllu(path: str, check_tree: bool = True) -> Iterator[Tuple[int, object]]:
+    """Yield (first line number, ParsedSentence or ParseError) for every sentence of a (possibly gzipped) CoNLL-U
+    file, over surface words (the module docstring). check_tree=True for preprocessing (well-formed, labeled
+    trees whose words lie in '# text'); check_tree=False for scoring trees as they are (`tree_from_tokenlist`)."""
     for start, block in read_blocks(path):
         where = f"{path}:{start}"
         try:
             sentences = conllu.parse(block)
             if len(sentences) != 1:
                 raise ParseError(f"{where}: expected one sentence in the block, got {len(sentences)}")
-            yield start, tree_from_tokenlist(sentences[0], where)
+            yield start, tree_from_tokenlist(sentences[0], where, check_tree)
         except ParseException as error:
             yield start, ParseError(f"{where}: malformed CoNLL-U: {error}")
         except ParseError as error:

@@ -3,24 +3,34 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
 
 from fairseq import utils
 from fairseq.data import data_utils, indexed_dataset
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..data.channels import LabelDictionary, SyntaxManifest, label_dict_path
-from ..data.features import FEATURES
+from ..data.channels import LabelDictionary, SentenceSyntax, SyntaxManifest, label_dict_path
+from ..data.features import FEATURES, collate_features
+from ..data.sentencepiece_codec import WordAlignedEncoder
 from ..data.syntax_channels import SyntaxChannels
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
+from .raw_text import EncodedSource, InferenceDataset, RawTextEncoder
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class SyntaxTranslationConfig(TranslationConfig):
-    pass
+    source_parser: Optional[str] = field(
+        default=None, metadata={"help": "translating raw text (fairseq-interactive, the hub interface): parse the "
+                                        "source with this instead of the parser syntax.json records: spacy:MODEL, "
+                                        "supar:PATH, or conllu:FILE (the k-th sentence of FILE is the parse of the "
+                                        "k-th input line)"})
 
 
 @register_task("syntax_translation", dataclass=SyntaxTranslationConfig)
@@ -35,6 +45,12 @@ class SyntaxTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         # filled in build_model and shared with every dataset this task loads
         self.net_input_features = set()
+        # the features a model cannot do without (optional ones, e.g. LISA's parents, are not parsed for at inference)
+        self.required_features = set()
+        self._raw_text_encoder = None
+        self._inference_syntax: Dict[Tuple[int, ...], SentenceSyntax] = {}
+        self._unusable_inputs: List[int] = []
+        self._input_lines_read = 0
         data_dir = utils.split_paths(cfg.data)[0]
         self.manifest = SyntaxManifest.load(data_dir)
         self.label_dicts = {}
@@ -139,6 +155,7 @@ class SyntaxTranslationTask(TranslationTask):
                 raise ValueError(f"this model needs the {lang} channels {missing} (for {needed}), which "
                                  f"{self.cfg.data} does not have")
         self.net_input_features.update(wanted)
+        self.required_features.update(wanted)
         # features the model can do without (a LISA model translates unparsed text): asked for where the data has them
         for name in getattr(model, "optional_syntax_features", ()):
             side_manifest = self.manifest.sides.get(langs[FEATURES[name].side]) if self.manifest is not None else None
@@ -153,3 +170,112 @@ class SyntaxTranslationTask(TranslationTask):
             raise ValueError(f"the model's syntax mechanisms have auxiliary losses {list(self.auxiliary_losses)}: "
                              f"train with --criterion syntax_label_smoothed_cross_entropy, which adds them")
         return criterion
+
+    # ---- translating raw text: fairseq-interactive and the hub interface (fairseq_syntax/hub.py) ----------------
+
+    @property
+    def source_inference_features(self):
+        return {name for name in self.required_features if FEATURES[name].side == "source"}
+
+    def raw_text_encoder(self) -> RawTextEncoder:
+        """Built on first use, after the model: only a model that reads source syntax loads a parser."""
+        if self._raw_text_encoder is None:
+            data_dir = utils.split_paths(self.cfg.data)[0]
+            self._raw_text_encoder = RawTextEncoder(
+                data_dir, self.manifest, self.src_dict, self.label_dicts.get(self.cfg.source_lang),
+                parse=bool(self.source_inference_features), parser_spec=self.cfg.source_parser)
+        return self._raw_text_encoder
+
+    def encode_raw(self, lines: List[str]) -> List[EncodedSource]:
+        """Normalise, parse (when the model needs it) and segment raw sentences, batched. Their channels are kept
+        for the datasets and batches made from their tokens next (build_dataset_for_inference, inference_step)."""
+        encoded = self.raw_text_encoder().encode(lines)
+        self._inference_syntax = {tuple(e.tokens.tolist()): e.syntax for e in encoded
+                                  if e.syntax is not None}
+        return encoded
+
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq-interactive: a line that cannot be translated prints its error (with its line number) to stderr
+        and is left out; the others go on."""
+        encoded = self.encode_raw(lines)
+        self._unusable_inputs = []
+        for i, item in enumerate(encoded):
+            if item.error is not None:
+                print(f"error: input line {self._input_lines_read + i + 1}: {item.error}: {item.text[:200]!r}",
+                      file=sys.stderr, flush=True)
+                self._unusable_inputs.append(i)
+                item.tokens = torch.LongTensor([self.src_dict.eos()])
+        self._input_lines_read += len(lines)
+        return [item.tokens for item in encoded], [item.tokens.numel() for item in encoded]
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """Sentences of raw text as a dataset whose batches carry the source features the model needs."""
+        features = self.source_inference_features
+        syntax = None
+        if features:
+            syntax = [self._syntax_of(tokens) for tokens in src_tokens]
+        unusable, self._unusable_inputs = self._unusable_inputs, []  # left out of every batch
+        return InferenceDataset(
+            src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.target_dictionary,
+            constraints=constraints, left_pad_source=self.cfg.left_pad_source,
+            left_pad_target=self.cfg.left_pad_target, src_syntax=syntax, net_input_features=set(features),
+            unusable=unusable)
+
+    def _syntax_of(self, tokens: torch.Tensor) -> Optional[SentenceSyntax]:
+        syntax = self._inference_syntax.get(tuple(tokens.tolist()))
+        if syntax is None and not (tokens.numel() == 1 and tokens[0] == self.src_dict.eos()):
+            raise ValueError("the model needs the source parse of every sentence it translates: encode raw "
+                             "sentences with task.encode_raw (fairseq-interactive and fairseq_syntax.hub do)")
+        return syntax
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        # fairseq-interactive passes on src_tokens and src_lengths only: the features come back from the parses
+        missing = self.source_inference_features - set(sample["net_input"])
+        if missing:
+            sample["net_input"].update(self._source_features(sample["net_input"]["src_tokens"], missing))
+        return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
+                                      constraints=constraints)
+
+    def _source_features(self, src_tokens: torch.Tensor, names) -> Dict[str, torch.Tensor]:
+        rows = [row[row.ne(self.src_dict.pad())].cpu() for row in src_tokens]
+        syntaxes = [self._syntax_of(row) for row in rows]
+        features = collate_features(names, {"source": syntaxes}, {"source": [len(row) for row in rows]},
+                                    {"source": src_tokens.size(1)}, {"source": self.cfg.left_pad_source})
+        return {name: value.to(src_tokens.device) for name, value in features.items()}
+
+    def build_bpe(self, args):
+        """Without --bpe, output is decoded with the data-bin's sentencepiece model (D- lines of fairseq-generate
+        and fairseq-interactive are then text)."""
+        if getattr(args, "bpe", None) is None and self.manifest is not None:
+            data_dir = utils.split_paths(self.cfg.data)[0]
+            return SentencePieceText(WordAlignedEncoder(os.path.join(data_dir, self.manifest.spm_model)))
+        return super().build_bpe(args)
+
+
+class SentencePieceText:
+    """fairseq's bpe interface over the data-bin's sentencepiece model. Tokens that are not pieces of it (the
+    multi-task tags) are kept as they are."""
+
+    def __init__(self, encoder: WordAlignedEncoder):
+        self.encoder = encoder
+        processor = encoder.processor
+        self.pieces = {processor.id_to_piece(i) for i in range(processor.get_piece_size())
+                       if not (processor.is_control(i) or processor.is_unknown(i))}
+
+    def encode(self, text: str) -> str:
+        return " ".join(self.encoder.encode_text(text))
+
+    def decode(self, text: str) -> str:
+        out, run = [], []
+        for token in text.split(" "):
+            if token in self.pieces:
+                run.append(token)
+                continue
+            if run:
+                out.append(self.encoder.decode(run))
+                run = []
+            if token:
+                out.append(token)
+        if run:
+            out.append(self.encoder.decode(run))
+        return " ".join(out)

@@ -1,6 +1,6 @@
 """The systems that the comparison run (examples/multi30k/compare.py) and the benchmark (bench/bench.py) put side
 by side: the vanilla baseline and every syntax method, each as its Multi30k-sized architecture preset (the same
-sizes, models/sizes.py). A new method joins both by adding its line here."""
+sizes, fairseq_syntax/models/sizes.py). A new method joins both by adding its line here."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple

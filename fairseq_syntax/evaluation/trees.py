@@ -1,0 +1,104 @@
+"""Tree scoring of `fairseq-syntax-evaluate` (the options --generated-trees / --parsed-trees of the scoring
+command): UAS/LAS of the trees a system generated with its output against a parser's parse of the same output.
+
+Both files are CoNLL-U, read with the project's one reader (fairseq_syntax.parsers.conllu_reader, the convention
+of preprocessing): trees over surface words, a multiword token (e.g. German "zum" = "zu dem") one word with the
+head and label of its word closest to the root, empty nodes skipped. Trees are not checked for well-formedness: a
+generated tree with two roots or a cycle is still scored.
+"""
+import argparse
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from fairseq_syntax.parsers.base import ParsedSentence, ParseError
+from fairseq_syntax.parsers.conllu_reader import read_conllu
+
+from . import metrics
+from .metrics import EvaluationError
+from .reporting import fmt, plots
+
+TreeForPlot = Tuple[str, ParsedSentence]  # (system name, one of its generated trees)
+
+
+def read_trees(path: Path, what: str) -> List[ParsedSentence]:
+    """Every sentence of a (possibly gzipped) CoNLL-U file as a tree over its surface words (words, heads,
+    labels), read by conllu_reader.read_conllu without the well-formedness check; EvaluationError naming `what`
+    and the sentence for a sentence that cannot be read (no head, a head outside the sentence, malformed
+    CoNLL-U...)."""
+    if not Path(path).is_file():
+        raise EvaluationError(f"{what} not found: {path}")
+    trees = []
+    try:
+        for number, (_, tree) in enumerate(read_conllu(str(path), check_tree=False), start=1):
+            if isinstance(tree, ParseError):
+                raise EvaluationError(f"{what}: sentence {number}: {tree}")
+            trees.append(tree)
+    except UnicodeDecodeError as error:
+        raise EvaluationError(f"{what} ({path}): not UTF-8 text ({error})") from None
+    return trees
+
+
+def named_files(specs: Optional[Sequence[str]], option: str) -> Dict[str, Path]:
+    named = {}
+    for spec in specs or ():
+        if "=" not in spec:
+            raise EvaluationError(f"{option} takes NAME=FILE, got {spec!r}")
+        name, path = spec.split("=", 1)
+        named[name] = Path(path)
+    return named
+
+
+def add_tree_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The tree-scoring options of the scoring command."""
+    parser.add_argument("--generated-trees", action="append", metavar="NAME=CONLLU",
+                        help="trees a system generated with its output (CoNLL-U)")
+    parser.add_argument("--parsed-trees", action="append", metavar="NAME=CONLLU",
+                        help="a parser's parse of the same system output (CoNLL-U), the reference for UAS/LAS")
+    parser.add_argument("--tree-ignore-labels", default="", help="comma-separated labels not scored (e.g. punct)")
+    parser.add_argument("--tree-label-level", choices=("full", "universal"), default="full")
+    parser.add_argument("--tree-index", type=int, default=0, help="sentence of the generated-tree plot")
+    return parser
+
+
+def run_trees(args, system_names: Iterable[str]) -> Tuple[Dict[str, Dict[str, float]], Optional[TreeForPlot]]:
+    """UAS/LAS per system named in --generated-trees (its --parsed-trees file is the reference), and the generated
+    tree of the plot (--tree-index of the first system with trees; None without trees)."""
+    system_names = set(system_names)
+    generated = named_files(args.generated_trees, "--generated-trees")
+    parsed = named_files(args.parsed_trees, "--parsed-trees")
+    if set(generated) != set(parsed):
+        raise EvaluationError("--generated-trees and --parsed-trees must name the same systems")
+    ignore = [label for label in args.tree_ignore_labels.split(",") if label]
+    results: Dict[str, Dict[str, float]] = {}
+    tree_for_plot = None
+    for name in generated:
+        if name not in system_names:
+            raise EvaluationError(f"trees given for {name!r}, which is not a --system")
+        gen_trees = read_trees(generated[name], f"generated trees of {name!r}")
+        ref_trees = read_trees(parsed[name], f"parsed trees of {name!r}")
+        try:
+            results[name] = metrics.tree_attachment_scores(ref_trees, gen_trees, ignore_labels=ignore,
+                                                           label_level=args.tree_label_level)
+        except EvaluationError as error:
+            raise EvaluationError(f"trees of {name!r} ({generated[name]} vs {parsed[name]}): {error}") from None
+        if tree_for_plot is None and gen_trees:
+            tree_for_plot = (name, gen_trees[min(args.tree_index, len(gen_trees) - 1)])
+    return results, tree_for_plot
+
+
+def plot_tree(tree_for_plot: TreeForPlot, out_dir: Path) -> str:
+    name, tree = tree_for_plot
+    return str(plots().plot_dependency_tree(tree.words, tree.heads, tree.labels, Path(out_dir) / "tree.png",
+                                            title=f"generated tree ({name})"))
+
+
+def trees_markdown(systems: Dict[str, dict]) -> List[str]:
+    """The report's section on generated trees (no lines when no system has tree scores)."""
+    trees = {name: s["trees"] for name, s in systems.items() if s.get("trees")}
+    if not trees:
+        return []
+    lines = ["", "## Generated trees against a parse of the same output", "",
+             "| System | UAS | LAS | Words | Sentences |", "|---|---|---|---|---|"]
+    for name, t in trees.items():
+        lines.append(f"| {name} | {fmt(t['uas'])} | {fmt(t['las'])} | {t['words']} | {t['sentences']} |")
+    return lines
