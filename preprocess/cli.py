@@ -535,8 +535,8 @@ class Preprocessor:
         return label_dicts
 
     def write_multitask_split(self, data: SplitData, pieces, word_ids, dictionary, info: dict) -> None:
-        """Tagged translation pairs and, in train, the parse pairs after them (fairseq_syntax/data/multitask.py); the kept
-        sentences and reports as in every data-bin; no side channels."""
+        """Tagged translation pairs and, in train, the parse pairs after them (fairseq_syntax/data/multitask.py);
+        the kept sentences and reports as in every data-bin; no side channels."""
         src, tgt = self.langs
         sources, targets, counts = multitask.make_pairs(data.name == "train", pieces[src], pieces[tgt],
                                                         word_ids[src], data.trees[src])
