@@ -20,8 +20,6 @@ EXTRA_ROOT_LABEL = "dep"
 
 class SpacyParser(Parser):
     def __init__(self, model: str, n_process: int = 1):
-        import spacy
-
         self.name = f"spacy:{model}"
         self.nlp = load_parser_pipeline(model)
         self.n_process = n_process
@@ -33,7 +31,8 @@ class SpacyParser(Parser):
 
     def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
         sentences = list(sentences)
-        if self.n_process <= 1 or len(sentences) < 2 * CHUNK_SIZE or "fork" not in multiprocessing.get_all_start_methods():
+        forkable = "fork" in multiprocessing.get_all_start_methods()
+        if self.n_process <= 1 or len(sentences) < 2 * CHUNK_SIZE or not forkable:
             yield from self.parse_chunk(sentences, batch_size)
             return
         global _FORKED_PARSER

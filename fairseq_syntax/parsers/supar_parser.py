@@ -273,8 +273,9 @@ class SuparParser(Parser):
         """Yield, for each sentence in order, a ParsedSentence or a ParseError instance (empty sentence, more than
         `max_words` words, tokenizer/text mismatch, SuPar failure, or not a tree). Any iterable of strings is read
         lazily; pass stripped lines: leading whitespace is kept in spaces_before[0], trailing whitespace is not
-        represented in `.text`. `batch_size` sentences go to SuPar per call; if a call fails or its output does not line up with its input, that batch's
-        sentences are parsed one at a time so only the offending sentence is reported as failed."""
+        represented in `.text`. `batch_size` sentences go to SuPar per call; if a call fails or its output does not
+        line up with its input, that batch's sentences are parsed one at a time so only the offending sentence is
+        reported as failed."""
         batch_size = max(1, int(batch_size))
         iterator = iter(sentences)
         while True:
