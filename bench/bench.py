@@ -8,7 +8,8 @@ Multi30k En-De (the systems of examples/multi30k/systems.py, trained with the fl
 
 Runs alternate between the systems and report the median of --repeats. Prints ratios (method / vanilla; parser
 time / preprocess time) and writes them as JSON (WORKDIR/bench.json). Targets: every method >= 0.95x vanilla for
-training and generation (LDD and UDP >= 0.9x: their layer has 16 heads); preprocessing within 1.15x of the
+training and generation (LDD and UDP >= 0.9x: their layer has 16 heads; GCN >= 0.85x, BiRNN+GCN and RGSE >= 0.75x:
+they add or substitute recurrent and graph layers); preprocessing within 1.15x of the
 parser's time. Systems on a data-bin of their own (multi-task; LDD, made with --supar-parser) also report its
 channels' bytes per token and, for LDD, what preprocessing kept (retained arc mass, outside-group share).
 LDD's storage and parsing cost in detail: bench/ldd_storage.py.
@@ -35,7 +36,9 @@ from training import TRAIN_FLAGS  # noqa: E402  (examples/multi30k/training.py)
 from channel_bytes import measured_bytes_per_token  # noqa: E402  (bench/channel_bytes.py)
 BIN = Path(sys.executable).parent
 # speed targets (fraction of vanilla's) where a method's own costs more: LDD's layer has 16 heads, not 4
-SPEED_TARGETS = {"ldd": 0.9, "udp": 0.9}
+# what each method is asked for against vanilla (issues; 0.95 unless listed): graph encoders run a GRU or a graph
+# convolution beside or instead of self-attention
+SPEED_TARGETS = {"ldd": 0.9, "udp": 0.9, "gcn": 0.85, "birnn_gcn": 0.75, "rgse": 0.75}
 
 
 PEAK_RSS = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); " \

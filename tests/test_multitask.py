@@ -241,6 +241,18 @@ def test_train_and_generate_with_a_stock_transformer(bins, tmp_path):
     hypotheses = [line for line in generated.stdout.splitlines() if line.startswith("H-")]
     assert len(sources) == len(hypotheses) == N_VALID
     assert all(s.startswith("<translate> ") and s.endswith(" <translate>") for s in sources)
+    # raw text through fairseq-interactive gets the translate tags too: the same translations as the data-bin's
+    fixed = ["--beam", "2", "--max-len-a", "0", "--max-len-b", "8"]
+    expected = run_cli("fairseq-generate", *common, "--path", tmp_path / "checkpoint_last.pt", "--gen-subset",
+                       "valid", "--batch-size", "16", *fixed)
+    (tmp_path / "input.en").write_text((mt / "valid.en.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    interactive = run_cli("fairseq-interactive", *common, "--path", tmp_path / "checkpoint_last.pt", "--input",
+                          tmp_path / "input.en", "--buffer-size", "8", "--batch-size", "8", *fixed)
+
+    def best(stdout):
+        return sorted(line.split("\t")[0] + "\t" + line.split("\t")[2] for line in stdout.splitlines()
+                      if line.startswith("H-"))
+    assert best(interactive.stdout) == best(expected.stdout) and len(best(expected.stdout)) == N_VALID
 
 
 def test_presets_are_the_stock_transformer_at_the_shared_sizes():

@@ -14,6 +14,9 @@ MULTI30K_SYSTEMS = {
     "multitask": ["--arch", "transformer_multitask_multi30k"],  # Currey & Heafield: a stock transformer ...
     "ldd": ["--arch", "transformer_ldd_multi30k"],  # Liu & Sima'an, on SuPar's distributions ...
     "udp": ["--arch", "transformer_ldd_multi30k", "--ldd-variant", "udp"],  # ... and its 1-best parse ablation
+    "gcn": ["--arch", "transformer_gcn_multi30k"],  # Bastings et al.'s gated GCN after self-attention (Ding & Tao)
+    "birnn_gcn": ["--arch", "transformer_birnn_gcn_multi30k"],  # self-attention replaced by BiGRU + GCN
+    "rgse": ["--arch", "transformer_rgse_multi30k"],  # Ding & Tao's recurrent graph syntax encoder
 }
 
 

@@ -10,4 +10,4 @@ from .mechanisms import (  # noqa: F401
 )
 from .syntax_attention import SyntaxBiasedSelfAttention  # noqa: F401
 from .syntax_layers import SyntaxDecoderLayer, SyntaxEncoderLayer  # noqa: F401
-from . import label_embedding, ldd, lisa, pascal  # noqa: F401  (register "label_embedding", "ldd", "lisa", "pascal")
+from . import graph_convolution, label_embedding, ldd, lisa, pascal, rgse  # noqa: F401  (register their mechanisms)

@@ -1,0 +1,66 @@
+"""Architecture presets of the syntactic GCN baselines in the Transformer (Bastings et al., 2017, as the RGSE paper,
+Ding & Tao 2019, reimplemented them for its Table 3): `transformer_gcn` adds a gated, labeled GCN after
+self-attention in encoder layers 0-2, `transformer_birnn_gcn` replaces self-attention there by a bidirectional GRU
+followed by the GCN. Edge dropout 0.2, labels and gates on; `--no-gcn-labels` / `--no-gcn-gates` are the ablations
+of Choshen & Abend's Table 2 (fairseq_syntax/modules/graph_convolution.py)."""
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
+
+from .sizes import MULTI30K, TINY, set_default as _set_default, set_sizes as _set_sizes
+from .syntax_transformer import syntax_defaults
+
+
+def _graph(args, mechanism):
+    _set_default(args, "encoder_syntax", mechanism)
+    _set_default(args, "gcn_edge_dropout", 0.2)
+    syntax_defaults(args)
+    transformer_wmt_en_de(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_gcn")
+def transformer_gcn(args):
+    """The paper's sizes: Transformer base (6+6 layers, 512, FFN 2048, 8 heads, dropout 0.1) with the GCN after
+    self-attention in encoder layers 0, 1, 2 ("in lower layers ([1-3])")."""
+    _graph(args, "gcn")
+
+
+@register_model_architecture("syntax_transformer", "transformer_gcn_multi30k")
+def transformer_gcn_multi30k(args):
+    """Sized for ~30k sentence pairs like every *_multi30k preset (3+3 layers, 256, FFN 1024, 4 heads, dropout
+    0.3): the GCN in encoder layers 0 and 1, the lower layers, as transformer_rgse_multi30k (so the graph encoders
+    are compared at the same depth)."""
+    _set_sizes(args, **MULTI30K)
+    _set_default(args, "encoder_syntax_layers", "0,1")
+    transformer_gcn(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_gcn_tiny")
+def transformer_gcn_tiny(args):
+    """For tests: 2+2 layers, 64 dims, 4 heads, the GCN in both encoder layers."""
+    _set_sizes(args, **TINY)
+    _set_default(args, "encoder_syntax_layers", "0,1")
+    transformer_gcn(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_birnn_gcn")
+def transformer_birnn_gcn(args):
+    """Transformer base whose encoder layers 0, 1, 2 have a bidirectional GRU and the GCN instead of
+    self-attention."""
+    _graph(args, "birnn_gcn")
+
+
+@register_model_architecture("syntax_transformer", "transformer_birnn_gcn_multi30k")
+def transformer_birnn_gcn_multi30k(args):
+    """3+3 layers, 256, FFN 1024, 4 heads, dropout 0.3: BiGRU + GCN in encoder layers 0 and 1 (as
+    transformer_rgse_multi30k)."""
+    _set_sizes(args, **MULTI30K)
+    _set_default(args, "encoder_syntax_layers", "0,1")
+    transformer_birnn_gcn(args)
+
+
+@register_model_architecture("syntax_transformer", "transformer_birnn_gcn_tiny")
+def transformer_birnn_gcn_tiny(args):
+    """For tests: 2+2 layers, 64 dims, 4 heads, BiGRU + GCN in both encoder layers."""
+    _set_sizes(args, **TINY)
+    _set_default(args, "encoder_syntax_layers", "0,1")
+    transformer_birnn_gcn(args)
