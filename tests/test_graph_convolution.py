@@ -417,10 +417,8 @@ def test_mechanisms_refuse_bad_options():
 # ---- through fairseq -----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def graph_bin(data_root, tmp_path_factory):
-    from .helpers import preprocess_sample
-    work = tmp_path_factory.mktemp("graph")
-    return preprocess_sample(data_root, work, (("train", "train", 200), ("valid", "val", 24)), spm_vocab_size=500)
+def graph_bin(small_spacy_bin):
+    return small_spacy_bin
 
 
 def build(destdir, *extra):

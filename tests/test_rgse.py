@@ -16,7 +16,7 @@ from fairseq_syntax.models.rgse_presets import transformer_rgse, transformer_rgs
 from fairseq_syntax.modules import ENCODER_MECHANISMS
 from fairseq_syntax.modules.rgse import INTEGRATIONS, RESIDUALS, VARIANTS, RecurrentGraphSyntaxEncoder
 
-from .helpers import USER_DIR, preprocess_sample, run_cli
+from .helpers import USER_DIR, run_cli
 
 DIM = 8
 
@@ -317,9 +317,8 @@ def test_options_presets_and_registration():
 # ---- through the fairseq entry points -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def rgse_bin(data_root, tmp_path_factory):
-    work = tmp_path_factory.mktemp("rgse")
-    return preprocess_sample(data_root, work, (("train", "train", 200), ("valid", "val", 24)))
+def rgse_bin(small_spacy_bin):
+    return small_spacy_bin
 
 
 RUNS = {

@@ -30,7 +30,7 @@ from fairseq_syntax.models.syntax_lstm import RGSEOverStates, SyntaxLSTMEncoder,
 from fairseq_syntax.modules.dependency_graph import piece_arcs
 from fairseq_syntax.modules.rgse import RecurrentGraphSyntaxEncoder
 
-from .helpers import USER_DIR, preprocess_sample, run_cli
+from .helpers import USER_DIR, run_cli
 from .test_rgse import random_batch
 
 NUM_LABELS = 12  # random_batch's labels are 1..11
@@ -304,9 +304,8 @@ COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-
 
 
 @pytest.fixture(scope="module")
-def lstm_bin(data_root, tmp_path_factory):
-    work = tmp_path_factory.mktemp("syntax-lstm")
-    return preprocess_sample(data_root, work, (("train", "train", 200), ("valid", "val", 24)), spm_vocab_size=500)
+def lstm_bin(small_spacy_bin):
+    return small_spacy_bin
 
 
 def build(destdir, *extra):
