@@ -43,7 +43,7 @@ from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 
 from fairseq_syntax.data import multitask
 from fairseq_syntax.parsers import ParseError
-from fairseq_syntax.parsers.base import realign
+from fairseq_syntax.parsers.base import realigned
 from fairseq_syntax.parsers.conllu_reader import read_conllu
 from fairseq_syntax.parsers.sentence_channels import build_side_parser, tree_syntax
 from fairseq_syntax.data.sentencepiece_codec import VocabularyTooSmallError, WordAlignedEncoder, train_sentencepiece
@@ -338,8 +338,7 @@ class Preprocessor:
         for lang, parser in self.parsers.items():
             parsed = tqdm(parser.parse([parser_view(t) for t in texts[lang]], batch_size=self.args.batch_size),
                           total=len(keep), desc=f"parse {split}.{lang}", unit="sent", mininterval=5, file=sys.stderr)
-            trees[lang] = [tree if isinstance(tree, ParseError) else realign_or_error(tree, text)
-                           for tree, text in zip(parsed, texts[lang])]
+            trees[lang] = [realigned(tree, text) for tree, text in zip(parsed, texts[lang])]
         failed = set()
         for lang in trees:
             for position, tree in enumerate(trees[lang]):
@@ -567,13 +566,6 @@ class Preprocessor:
         if data.drops:
             logger.warning("%s: dropped %d of %d lines (reasons in %s.drops.tsv)", data.name, len(data.drops),
                            len(data.drops) + len(data.line_numbers), data.name)
-
-
-def realign_or_error(tree, text):
-    try:
-        return realign(tree, text)
-    except ParseError as error:
-        return error
 
 
 def raw_text(raw, lang, index) -> str:

@@ -91,3 +91,14 @@ def realign(sentence: ParsedSentence, text: str) -> ParsedSentence:
         position = found + len(word)
     return ParsedSentence(sentence.words, spaces_from_offsets(text, sentence.words, offsets), sentence.heads,
                           sentence.labels, sentence.arc_probs, sentence.distributions)
+
+
+def realigned(parsed, text: str):
+    """A parser's item for `text` (a ParsedSentence or a ParseError) with its words located in `text`, or the
+    ParseError saying why not (preprocessing and raw-text translation both use this)."""
+    if isinstance(parsed, ParseError):
+        return parsed
+    try:
+        return realign(parsed, text)
+    except ParseError as error:
+        return error

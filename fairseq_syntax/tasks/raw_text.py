@@ -17,7 +17,7 @@ from ..data.channels import MAX_WORDS, LabelDictionary, SentenceSyntax, SyntaxMa
 from ..data.sentencepiece_codec import WordAlignedEncoder
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
 from ..data.text_normalization import normalize_line, parser_view
-from ..parsers.base import ParseError, realign
+from ..parsers.base import ParseError, realigned
 
 logger = logging.getLogger(__name__)
 
@@ -119,12 +119,8 @@ class RawTextEncoder:
         else:
             wanted = [i for i, r in enumerate(results) if r.error is None]
             parsed = self.parser.parse([parser_view(results[i].text) for i in wanted], batch_size=max(1, len(wanted)))
-            for i, tree in zip(wanted, parsed):
-                if not isinstance(tree, ParseError):
-                    try:
-                        tree = realign(tree, results[i].text)
-                    except ParseError as error:
-                        tree = error
+            for i, parsed_item in zip(wanted, parsed):
+                tree = realigned(parsed_item, results[i].text)
                 if isinstance(tree, ParseError):
                     results[i].error = f"parse failed: {tree}"
                 else:
