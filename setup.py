@@ -16,6 +16,7 @@ setup(
             "fairseq-syntax-preprocess=fairseq_syntax_preprocess.cli:cli_main",
             "fairseq-syntax-train-parser=fairseq_syntax_preprocess.train_parser:cli_main",
             "fairseq-syntax-evaluate=fairseq_syntax.evaluation.cli:cli_main",
+            "fairseq-syntax-train=fairseq_syntax.train_cli:cli_main",
         ]
     },
 )

@@ -1,7 +1,8 @@
 """Checkpoints load with torch's weights-only unpickler (torch >= 2.6 default for torch.load).
 
-fairseq checkpoints hold an argparse.Namespace of the training args besides tensors and plain containers: that is
-the only global added to torch's allowlist, at plugin import. Weights-only loading is never turned off. A
+fairseq checkpoints hold an argparse.Namespace of the training args besides tensors and plain containers, and
+numpy arrays of numbers in their metrics state: those are the only globals added to torch's allowlist, at plugin
+import. Weights-only loading is never turned off. A
 checkpoint that needs anything else is refused with a message naming the file and the offending global (whatever
 wording torch used for it: describe_refusal), instead of torch's advice to pass weights_only=False.
 """
@@ -10,9 +11,17 @@ import functools
 import pickle
 import re
 
+import numpy
 import torch
 
-CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
+# fairseq checkpoints keep the state of the logged metrics; with --eval-bleu its BLEU meters hold numpy integer
+# arrays (n-gram counts), pickled through numpy's array reconstruction. Only arrays of plain numbers are allowed:
+# an object array would need the object dtype (not listed), and its items would meet the same allowlist anyway.
+NUMERIC_ARRAY_GLOBALS = [numpy.core.multiarray._reconstruct, numpy.ndarray, numpy.dtype,
+                         *(getattr(numpy.dtypes, name) for name in ("Int64DType", "Int32DType", "Float64DType",
+                                                                   "Float32DType", "BoolDType"))]
+CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace, *NUMERIC_ARRAY_GLOBALS]
+ALLOWED_TEXT = "tensors, plain containers, argparse.Namespace and numpy arrays of numbers (fairseq's metric meters)"
 
 
 class UnsafeCheckpointError(RuntimeError):
@@ -110,9 +119,8 @@ def refuse_unsafe_checkpoints(checkpoint_utils_module):
         except pickle.UnpicklingError as error:
             raise UnsafeCheckpointError(
                 f"refusing to load checkpoint {path}: it contains {describe_refusal(str(error))}. torch's "
-                f"weights-only loader allows tensors, plain containers and "
-                f"{', '.join(g.__module__ + '.' + g.__name__ for g in CHECKPOINT_SAFE_GLOBALS)}; only checkpoints "
-                f"written by fairseq training load here."
+                f"weights-only loader allows {ALLOWED_TEXT}; only checkpoints written by fairseq training load "
+                f"here."
             ) from None
 
     load_checkpoint_to_cpu._fairseq_syntax_wrapped = True

@@ -1,4 +1,4 @@
-"""fairseq-syntax-preprocess: raw parallel text -> parses -> sentencepiece -> a syntax data-bin.
+"""fairseq-syntax-preprocess: raw parallel text -> parses -> sentencepiece (or words) -> a syntax data-bin.
 
 Writes, into --destdir: the fairseq data-bin (dict.{lang}.txt, {split}.{src}-{tgt}.{lang}.bin/.idx), the side
 channels of every parsed side (see fairseq_syntax/data/channels.py), dict.{lang}.labels.txt, syntax.json, the
@@ -9,9 +9,18 @@ With --add-to DATA_BIN, only the --validpref/--testpref splits are made, into th
 sentencepiece model, label dictionaries and parsers (from its syntax.json), so models trained on it can translate
 them (e.g. challenge sets: --testpref challenge=export/challenge, then fairseq-generate --gen-subset challenge).
 
+With --word-vocabulary, every word is one token instead (the parser's words; spaCy's rule-based tokenizer on
+unparsed sides) and each side's dictionary holds the training words seen at least --word-min-count times, the
+others being <unk> (fairseq_syntax/data/word_codec.py; README, "Word-level vocabulary").
+
 With --multitask-parse, the data-bin is the multi-task baseline of Currey & Heafield (2019): tagged translation
 pairs plus, in train, a parse pair (source -> linearized source tree) of every line; no side channels
 (fairseq_syntax/data/multitask.py; README, "The multi-task baseline").
+
+With --target-transitions, the target tokens are the transition sequence of the --target-parser tree (pieces
+interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, fairseq_syntax/data/transitions.py), the arc tokens are appended to
+the target dictionary, and the target side carries the graph of every prefix (transition_channels.py); pairs whose
+target tree is not projective are dropped (README, "Target-side transitions").
 """
 import time
 
@@ -24,15 +33,16 @@ import os
 import re
 import shutil
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
 
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq_syntax.data.channels import (
-    MANIFEST_NAME, MAX_WORDS, LabelDictionary, SideManifest, SyntaxManifest, TREE_CHANNELS,
+    MANIFEST_NAME, MAX_WORDS, SENTENCEPIECE, WORDS, LabelDictionary, SideManifest, SyntaxManifest, TREE_CHANNELS,
     label_dict_path,
 )
 from fairseq_syntax.data.dependency_distributions import (
@@ -40,6 +50,10 @@ from fairseq_syntax.data.dependency_distributions import (
 )
 from fairseq_syntax.data.label_groups import SCHEMES, format_table
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
+from fairseq_syntax.data.transition_channels import (
+    TRANSITION_CHANNELS, transition_sequence, transition_syntax, word_rule, word_rule_agrees,
+)
+from fairseq_syntax.data.transitions import NonProjectiveError, arc_tokens, is_arc
 
 from fairseq_syntax.data import multitask
 from fairseq_syntax.parsers import ParseError
@@ -48,6 +62,7 @@ from fairseq_syntax.parsers.conllu_reader import read_conllu
 from fairseq_syntax.parsers.sentence_channels import build_side_parser, tree_syntax
 from fairseq_syntax.data.sentencepiece_codec import VocabularyTooSmallError, WordAlignedEncoder, train_sentencepiece
 from fairseq_syntax.data.text_normalization import normalize_line, parser_view
+from fairseq_syntax.data.word_codec import DEFAULT_MIN_COUNT, WordCodec, count_tokens, sentence_problem, vocabulary
 from .text_input import find_input, read_lines
 
 logger = logging.getLogger("fairseq_syntax.preprocess")
@@ -73,6 +88,12 @@ def get_parser():
                              "<translate> src <translate> -> tgt plus <parse> src <parse> -> the linearized "
                              "--source-parser tree; other splits translation pairs only; no side channels (see "
                              "README). With --add-to, taken from the data-bin")
+    parser.add_argument("--target-transitions", action="store_true",
+                        help="the target tokens are the transition sequence of the --target-parser tree (pieces "
+                             "interleaved with LEFT-ARC:l / RIGHT-ARC:l; the arc tokens are added to the target "
+                             "dictionary) plus the graph of every prefix as side channels, for the Linearized "
+                             "decoder; non-projective target trees drop their pair. With --add-to, taken from the "
+                             "data-bin")
     ldd = parser.add_argument_group("labeled dependency distributions (LDD, Liu & Sima'an; needs a SuPar source "
                                     "parser)")
     ldd.add_argument("--source-ldd", action="store_true",
@@ -90,12 +111,24 @@ def get_parser():
                      help="label set of the parser, for the 16 groups (default: guessed from its labels)")
     ldd.add_argument("--print-label-groups", action="store_true",
                      help="print the label groups of Stanford, UD and ClearNLP labels and exit")
-    parser.add_argument("--spm-vocab-size", type=int, default=8000,
-                        help="sentencepiece vocabulary (includes 256 byte-fallback pieces, so at least ~300)")
+    parser.add_argument("--spm-vocab-size", type=int, default=None,
+                        help=f"sentencepiece vocabulary (includes 256 byte-fallback pieces, so at least ~300; default "
+                             f"{DEFAULT_SPM_VOCAB_SIZE})")
     parser.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
     parser.add_argument("--joined-dictionary", action="store_true",
-                        help="accepted for fairseq-preprocess compatibility: the sentencepiece model is joint and "
-                             "both dictionaries are its vocabulary, so they are always the same")
+                        help="sentencepiece: accepted for fairseq-preprocess compatibility (the model is joint and "
+                             "both dictionaries are its vocabulary, so they are always the same); "
+                             "--word-vocabulary: one dictionary of both sides' words (for --share-all-embeddings) "
+                             "instead of one per side")
+    words = parser.add_argument_group("word-level vocabulary, no sentencepiece (the setting of Liu & Sima'an's LDD "
+                                      "experiments)")
+    words.add_argument("--word-vocabulary", action="store_true",
+                       help="every word is one token: the parser's words on parsed sides, spaCy's rule-based "
+                            "tokenizer (spacy.blank(LANG)) on the others; a word after whitespace is written "
+                            "\u2581WORD, an attached one WORD, so output decodes to text like sentencepiece output")
+    words.add_argument("--word-min-count", type=int, default=None,
+                       help=f"words seen fewer times than this in the training split are not in the dictionary "
+                            f"(they become <unk>; default {DEFAULT_MIN_COUNT})")
     parser.add_argument("--spm-only", action="store_true",
                         help="only train the sentencepiece model on the training split (first step of sharding)")
     parser.add_argument("--label-dict", action="append", default=[], metavar="LANG=PATH",
@@ -107,7 +140,8 @@ def get_parser():
                         help="... and process this one (0-based); valid/test are written by shard 0 only. Every "
                              "shard needs the same --spm-model; fairseq-train reads shard0:shard1:...")
     parser.add_argument("--max-pieces", type=int, default=250,
-                        help="drop pairs where a side has more subword pieces than this")
+                        help="drop pairs where a side has more subword pieces (words, with --word-vocabulary) than "
+                             "this")
     parser.add_argument("--destdir", help="required unless --add-to")
     parser.add_argument("--workers", type=int, default=1, help="parser processes (spaCy n_process)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences per parser batch")
@@ -115,6 +149,7 @@ def get_parser():
     return parser
 
 
+DEFAULT_SPM_VOCAB_SIZE = 8000
 SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -141,8 +176,10 @@ def check_arguments(args) -> None:
                    if not value]
         if missing:
             raise SystemExit(f"fairseq-syntax-preprocess: {', '.join(missing)} required (or --add-to DATA_BIN)")
+        check_transition_arguments(args)
         check_multitask_arguments(args)
         check_ldd_arguments(args)
+        check_word_arguments(args)
         return
     data_bin = args.add_to
     manifest = SyntaxManifest.load(data_bin)
@@ -162,13 +199,30 @@ def check_arguments(args) -> None:
     args.source_lang = adopt("-s", args.source_lang, manifest.source_lang)
     args.target_lang = adopt("-t", args.target_lang, manifest.target_lang)
     args.destdir = adopt("--destdir", args.destdir, data_bin, same_path)
-    args.spm_model = adopt("--spm-model", args.spm_model, os.path.join(data_bin, manifest.spm_model), same_path)
+    if manifest.word_level:  # the data-bin's dictionaries are its vocabulary (unknown words become <unk>)
+        if args.spm_model is not None or args.spm_vocab_size is not None:
+            raise SystemExit(f"--add-to {data_bin}: the data-bin has a word-level vocabulary, no sentencepiece model")
+        args.word_vocabulary = True
+        args.word_min_count = adopt("--word-min-count", args.word_min_count, manifest.segmentation["min_count"])
+        if args.joined_dictionary and not manifest.segmentation.get("joined"):
+            raise SystemExit(f"--add-to {data_bin}: --joined-dictionary, but the data-bin has one dictionary per side")
+    elif args.word_vocabulary or args.word_min_count is not None:
+        raise SystemExit(f"--add-to {data_bin}: --word-vocabulary/--word-min-count, but the data-bin's tokens are "
+                         f"{manifest.segmentation.get('kind', SENTENCEPIECE)} pieces")
+    else:
+        args.spm_model = adopt("--spm-model", args.spm_model, os.path.join(data_bin, manifest.spm_model), same_path)
     args.source_parser = adopt("--source-parser", args.source_parser, manifest.sides[args.source_lang].parser)
     args.target_parser = adopt("--target-parser", args.target_parser, manifest.sides[args.target_lang].parser)
     for lang, side in manifest.sides.items():
-        if side.channels and list(side.channels) not in (list(TREE_CHANNELS), list(TREE_CHANNELS + LDD_WRITES)):
+        if side.channels and list(side.channels) not in (list(TREE_CHANNELS), list(TREE_CHANNELS + LDD_WRITES),
+                                                         list(TRANSITION_CHANNELS)):
             raise SystemExit(f"--add-to {data_bin}: side {lang} carries channels {', '.join(side.channels)}; "
-                             f"this preprocessor writes only {', '.join(TREE_CHANNELS + LDD_WRITES)}")
+                             f"this preprocessor writes only {', '.join(TREE_CHANNELS + LDD_WRITES)} or "
+                             f"{', '.join(TRANSITION_CHANNELS)}")
+    if args.target_transitions and not manifest.target_transitions:
+        raise SystemExit(f"--add-to {data_bin}: --target-transitions, but the data-bin's target tokens are plain "
+                         f"pieces; its models would never see transitions")
+    args.target_transitions = bool(manifest.target_transitions)
     source_settings = manifest.sides[args.source_lang].settings.get("ldd")
     if (args.source_ldd or ldd_options_given(args)) and source_settings is None:
         raise SystemExit(f"--add-to {data_bin}: the data-bin has no LDD channels; --source-ldd would make splits its "
@@ -193,8 +247,44 @@ def check_arguments(args) -> None:
         raise SystemExit(f"--add-to {data_bin} --multitask-parse: the data-bin is not a multi-task data-bin (no "
                          f"{multitask.MULTITASK_NAME}); its splits would not match its models")
     args.multitask_parse = info is not None
+    check_transition_arguments(args)
     check_multitask_arguments(args)
     check_ldd_arguments(args)
+    check_word_arguments(args)
+
+
+def check_transition_arguments(args) -> None:
+    """--target-transitions linearizes the target tree: it needs one, and a multi-task data-bin has no place for it."""
+    if not args.target_transitions:
+        return
+    if not args.target_parser:
+        raise SystemExit("--target-transitions needs --target-parser: the transitions are the target tree's")
+    if args.multitask_parse:
+        raise SystemExit("--target-transitions cannot be combined with --multitask-parse: the multi-task data-bin "
+                         "has tagged plain targets and no target tree")
+
+
+def check_word_arguments(args) -> None:
+    """--word-vocabulary makes no sentencepiece model and takes no option of one; it is refused with what it does
+    not support (shards, which would each count their own words; the multi-task data-bin)."""
+    if not args.word_vocabulary:
+        if args.word_min_count is not None:
+            raise SystemExit("--word-min-count describes --word-vocabulary, which is not given")
+        if args.spm_vocab_size is None:
+            args.spm_vocab_size = DEFAULT_SPM_VOCAB_SIZE
+        return
+    conflicts = [option for option, given in (
+        ("--spm-model", args.spm_model is not None), ("--spm-vocab-size", args.spm_vocab_size is not None),
+        ("--spm-only", args.spm_only), ("--num-shards", args.num_shards > 1),
+        ("--multitask-parse", args.multitask_parse)) if given]
+    if conflicts:
+        raise SystemExit(f"--word-vocabulary cannot be combined with {', '.join(conflicts)}: a word-level data-bin has "
+                         f"no sentencepiece model, is made in one run (its vocabulary counts the whole training "
+                         f"split) and is not a multi-task data-bin")
+    if args.word_min_count is None:
+        args.word_min_count = DEFAULT_MIN_COUNT
+    if args.word_min_count < 1:
+        raise SystemExit(f"--word-min-count must be at least 1, got {args.word_min_count}")
 
 
 LDD_WRITES = LDD_CHANNELS + (LABEL_GROUP_CHANNEL,)
@@ -247,13 +337,20 @@ class SplitData:
     line_numbers: List[int] = field(default_factory=list)
     texts: Dict[str, List[str]] = field(default_factory=dict)
     trees: Dict[str, list] = field(default_factory=dict)
+    # --word-vocabulary: the words (tokenizer output) of the sides without trees
+    words: Dict[str, list] = field(default_factory=dict)
     drops: List[tuple] = field(default_factory=list)  # (line, side, reason, text)
+    non_projective: int = 0  # --target-transitions: pairs dropped for a non-projective target tree
+    # --target-transitions: kept sequences whose words the word-boundary rule of decoding reads differently (a
+    # parser word whose first piece has no U+2581, e.g. attached punctuation, is a continuation piece by the rule)
+    decoding_rule_mismatch: int = 0
 
     def select(self, positions: List[int]) -> None:
         """Keep only these kept-sentence positions, in step across line numbers, texts and trees."""
         self.line_numbers = [self.line_numbers[p] for p in positions]
         self.texts = {lang: [texts[p] for p in positions] for lang, texts in self.texts.items()}
         self.trees = {lang: [trees[p] for p in positions] for lang, trees in self.trees.items()}
+        self.words = {lang: [words[p] for p in positions] for lang, words in self.words.items()}
 
 
 class Preprocessor:
@@ -269,6 +366,12 @@ class Preprocessor:
                     self.parsers[lang] = build_side_parser(spec, lang, ldd, workers=args.workers)
         if not 0 <= args.shard_id < args.num_shards:
             raise SystemExit(f"--shard-id must be in 0..{args.num_shards - 1}")
+        # --word-vocabulary: the sides without a parser are split into words by spaCy's rule-based tokenizer
+        self.tokenizers = {}
+        if args.word_vocabulary:
+            from fairseq_syntax.parsers.tokenizer import side_tokenizer
+
+            self.tokenizers = {lang: side_tokenizer(lang) for lang, spec in self.parser_specs.items() if not spec}
         if args.num_shards > 1 and not args.spm_model:
             raise SystemExit("sharded preprocessing needs the same --spm-model for every shard: train it first "
                              "with --spm-only")
@@ -348,18 +451,31 @@ class Preprocessor:
                 elif not isinstance(tree, ParseError) and len(tree.words) > MAX_WORDS and position not in failed:
                     failed.add(position)
                     data.drops.append((keep[position] + 1, lang, f"over {MAX_WORDS} words", texts[lang][position]))
+        words = {lang: tokenizer.tokenize(texts[lang]) for lang, tokenizer in self.tokenizers.items()}
+        for lang in self.langs if self.args.word_vocabulary else ():  # every word must be able to be a token
+            for position, sentence in enumerate(trees[lang] if lang in trees else words[lang]):
+                if position in failed:
+                    continue
+                problem = (f"tokenization failed: {sentence}" if isinstance(sentence, ParseError)
+                           else sentence_problem(sentence))
+                if problem is not None:
+                    failed.add(position)
+                    data.drops.append((keep[position] + 1, lang, problem, texts[lang][position]))
         data.line_numbers = [index + 1 for index in keep]
-        data.texts, data.trees = texts, trees
+        data.texts, data.trees, data.words = texts, trees, words
         data.select([p for p in range(len(keep)) if p not in failed])
         return data
 
-    def encode_split(self, data: SplitData, encoder: WordAlignedEncoder):
-        """Pieces (and subword->word maps) of every kept pair; drops pairs over --max-pieces."""
+    def encode_split(self, data: SplitData, encoder):
+        """Pieces (and subword->word maps) of every kept pair; drops pairs over --max-pieces. `encoder`: the
+        WordAlignedEncoder, or the WordCodec of --word-vocabulary."""
         threads = max(1, self.args.workers)
         encoded = {}
         for lang in self.langs:
             if lang in data.trees:
                 encoded[lang] = encoder.encode_many_words(data.trees[lang], num_threads=threads)
+            elif lang in data.words:
+                encoded[lang] = [(tokens, None) for tokens, _ in encoder.encode_many_words(data.words[lang])]
             else:
                 encoded[lang] = [(pieces, None) for pieces in encoder.encode_texts(data.texts[lang], threads)]
         keep = []
@@ -368,7 +484,7 @@ class Preprocessor:
             if too_long:
                 lang = too_long[0]
                 data.drops.append((data.line_numbers[position], lang,
-                                   f"{len(encoded[lang][position][0])} subword pieces, over --max-pieces "
+                                   f"{len(encoded[lang][position][0])} {self.unit}, over --max-pieces "
                                    f"{self.args.max_pieces}", data.texts[lang][position]))
             else:
                 keep.append(position)
@@ -376,6 +492,10 @@ class Preprocessor:
         pieces = {lang: [encoded[lang][p][0] for p in keep] for lang in self.langs}
         word_ids = {lang: [encoded[lang][p][1] for p in keep] for lang in data.trees}
         return pieces, word_ids
+
+    @property
+    def unit(self) -> str:
+        return "words" if self.args.word_vocabulary else "subword pieces"
 
     def run(self):
         args = self.args
@@ -389,7 +509,9 @@ class Preprocessor:
         mark = time.time()
 
         spm_path = os.path.join(args.destdir, "spm.model")
-        if args.spm_model:
+        if args.word_vocabulary:
+            logger.info("--word-vocabulary: words are the tokens, no sentencepiece model")
+        elif args.spm_model:
             if os.path.abspath(args.spm_model) != os.path.abspath(spm_path):
                 shutil.copyfile(args.spm_model, spm_path)
         else:
@@ -406,8 +528,13 @@ class Preprocessor:
             logger.info("wrote %s", spm_path)
             return {"spm_model": spm_path}
         label_dicts = self.build_label_dicts(datas)
-        encoder = WordAlignedEncoder(spm_path)
+        encoder = WordCodec() if args.word_vocabulary else WordAlignedEncoder(spm_path)
         encoded = [self.encode_split(data, encoder) for data in datas]
+        arcs = []
+        if args.target_transitions:  # the target tokens become the transition sequences of the target trees
+            arcs = arc_tokens(label_dicts[self.langs[1]].labels[1:])
+            encoded = [self.transition_split(data, pieces, word_ids)
+                       for data, (pieces, word_ids) in zip(datas, encoded)]
         info = None
         if args.multitask_parse:
             try:
@@ -415,30 +542,43 @@ class Preprocessor:
                         else multitask.new_info(self.langs[0], self.langs[1], label_dicts[self.langs[0]].labels[1:]))
             except multitask.LinearizationError as error:
                 raise SystemExit(f"--multitask-parse: {error}") from None
-        dictionary = self.build_dictionary(encoder, info["dictionary_symbols"] if info else ())
+        if args.word_vocabulary:  # counted on the training split (datas[0]); --add-to reads the data-bin's
+            dictionaries = self.build_word_dictionaries(None if args.add_to else encoded[0][0], arcs)
+        else:
+            dictionary = self.build_dictionary(encoder, info["dictionary_symbols"] if info else (), arcs)
+            dictionaries = {lang: dictionary for lang in self.langs}
         stages["labels_and_subwords"] = time.time() - mark
         mark = time.time()
         src, tgt = self.langs
+        unknown = {}  # split -> lang -> (tokens that are <unk>, tokens)
         for data, (pieces, word_ids) in zip(datas, encoded):
             if info is not None:
                 self.write_multitask_split(data, pieces, word_ids, dictionary, info)
                 continue
             for lang in self.langs:
-                self.binarize_tokens(data.name, lang, pieces[lang], dictionary)
+                unknown.setdefault(data.name, {})[lang] = self.binarize_tokens(data.name, lang, pieces[lang],
+                                                                                dictionaries[lang])
                 if lang in data.trees:
                     ldd = lang == src and args.source_ldd
                     channels = self.side_channels(lang)
                     scheme = self.parsers[src].label_scheme if ldd else None
                     writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, channels)
-                    for tree, ids in zip(data.trees[lang], word_ids[lang]):
-                        writer.add(tree_syntax(tree, ids, label_dicts[lang], channels, scheme))
+                    if lang == tgt and args.target_transitions:
+                        for tokens, ids in zip(pieces[lang], word_ids[lang]):
+                            writer.add(transition_syntax(tokens, ids, label_dicts[lang]))
+                    else:
+                        for tree, ids in zip(data.trees[lang], word_ids[lang]):
+                            writer.add(tree_syntax(tree, ids, label_dicts[lang], channels, scheme))
                     writer.finalize()
                 with open(os.path.join(args.destdir, f"{data.name}.{lang}.txt"), "w", encoding="utf-8") as f:
                     f.writelines(text + "\n" for text in data.texts[lang])
             self.write_reports(data)
         stages["binarize_and_write"] = time.time() - mark
+        segmentation = ({"kind": WORDS, "min_count": args.word_min_count, "joined": bool(args.joined_dictionary)}
+                        if args.word_vocabulary else {"kind": SENTENCEPIECE})
         manifest = SyntaxManifest(
-            source_lang=src, target_lang=tgt, spm_model="spm.model",
+            source_lang=src, target_lang=tgt, spm_model=None if args.word_vocabulary else "spm.model",
+            segmentation=segmentation, target_transitions=arcs,
             sides={lang: SideManifest.for_channels(self.parser_specs[lang],
                                                    self.side_channels(lang) if lang in label_dicts and info is None
                                                    else (),
@@ -459,6 +599,18 @@ class Preprocessor:
             **({"ldd": self.parsers[src].distribution_stats.summary()} if args.source_ldd else {}),
             "shard": f"{args.shard_id + 1}/{args.num_shards}",
         }
+        if args.target_transitions:
+            summary["target_transitions"] = {
+                "arc_tokens": len(arcs), "non_projective": {d.name: d.non_projective for d in datas},
+                "decoding_rule_mismatch": {d.name: d.decoding_rule_mismatch for d in datas}}
+        if args.word_vocabulary:
+            summary["vocabulary"] = {
+                **segmentation, "sizes": {lang: len(dictionaries[lang]) for lang in self.langs},  # with specials
+                "words": {lang: sum(1 for n in dictionaries[lang].count[dictionaries[lang].nspecial:] if n > 0)
+                          for lang in self.langs},
+                "unk_rate": {split: {lang: round(n / total, 6) if total else 0.0 for lang, (n, total) in sides.items()}
+                             for split, sides in unknown.items()},
+                "unk_tokens": {split: {lang: n for lang, (n, _) in sides.items()} for split, sides in unknown.items()}}
         report = f"preprocess.{'+'.join(d.name for d in datas)}.json" if args.add_to else "preprocess.json"
         with open(os.path.join(args.destdir, report), "w") as f:
             json.dump(summary, f, indent=2)
@@ -466,6 +618,8 @@ class Preprocessor:
         return summary
 
     def side_channels(self, lang: str):
+        if lang == self.args.target_lang and self.args.target_transitions:
+            return TRANSITION_CHANNELS
         return TREE_CHANNELS + (LDD_WRITES if lang == self.args.source_lang and self.args.source_ldd else ())
 
     def side_settings(self, lang: str) -> dict:
@@ -476,10 +630,11 @@ class Preprocessor:
         return {"ldd": {"mass": options.mass, "max_heads": options.max_heads, "marginals": options.marginals,
                         "label_scheme": parser.label_scheme}}
 
-    def build_dictionary(self, encoder: WordAlignedEncoder, extra_symbols=()) -> Dictionary:
+    def build_dictionary(self, encoder: WordAlignedEncoder, extra_symbols=(), arc_symbols=()) -> Dictionary:
         """The fairseq dictionary is the sentencepiece vocabulary itself (in its order), for both sides: it does
         not depend on which lines a run saw, so shards and separate runs agree, and embeddings can be shared.
-        A multi-task data-bin appends its tags and linearization tokens (extra_symbols, in their order)."""
+        A multi-task data-bin appends its tags and linearization tokens (extra_symbols, in their order), a
+        --target-transitions data-bin its arc tokens (arc_symbols, in the label dictionary's order)."""
         processor = encoder.processor
         dictionary = Dictionary()
         for piece_id in range(processor.get_piece_size()):
@@ -493,6 +648,7 @@ class Preprocessor:
                                  f"tags or linearization tokens; use another --spm-model")
             for symbol in extra_symbols:
                 dictionary.add_symbol(symbol)
+        self.add_arc_symbols(dictionary, arc_symbols)
         dictionary.pad_to_multiple_(8)
         for lang in self.langs:
             path = os.path.join(self.args.destdir, f"dict.{lang}.txt")
@@ -501,6 +657,41 @@ class Preprocessor:
             elif Dictionary.load(path).symbols != dictionary.symbols:
                 raise SystemExit(f"{path} is not the vocabulary of {self.args.spm_model}: the data-bin was changed")
         return dictionary
+
+    @staticmethod
+    def add_arc_symbols(dictionary: Dictionary, arc_symbols) -> None:
+        """Append the arc tokens of --target-transitions (those not counted in already, for a word vocabulary)."""
+        clashes = [symbol for symbol in dictionary.symbols[dictionary.nspecial:]
+                   if is_arc(symbol) and symbol not in arc_symbols]
+        if arc_symbols and clashes:
+            raise SystemExit(f"--target-transitions: tokens {clashes[:5]} look like arc tokens of labels outside the "
+                             f"label dictionary")
+        for symbol in arc_symbols:
+            if symbol not in dictionary.indices:
+                dictionary.add_symbol(symbol)
+
+    def build_word_dictionaries(self, train_tokens: Optional[Dict[str, List[List[str]]]],
+                                arc_symbols=()) -> Dict[str, Dictionary]:
+        """--word-vocabulary: per side (or, with --joined-dictionary, one for both sides, from the counts of both) the
+        training tokens seen at least --word-min-count times, by count then token (fairseq's specials first, padded
+        to a multiple of 8 as fairseq does); any other token is <unk>. `train_tokens` None (--add-to): the data-bin's
+        own dictionaries."""
+        if train_tokens is None:
+            return {lang: Dictionary.load(os.path.join(self.args.destdir, f"dict.{lang}.txt")) for lang in self.langs}
+        counts = {lang: count_tokens(train_tokens[lang]) for lang in self.langs}
+        groups = [self.langs] if self.args.joined_dictionary else [[lang] for lang in self.langs]
+        dictionaries = {}
+        for group in groups:
+            dictionary = Dictionary()
+            for token, count in vocabulary(sum((counts[lang] for lang in group), Counter()), self.args.word_min_count):
+                dictionary.add_symbol(token, n=count)
+            if self.langs[1] in group:  # every arc token, however rare: an <unk> arc would break the sequence
+                self.add_arc_symbols(dictionary, arc_symbols)
+            dictionary.pad_to_multiple_(8)
+            for lang in group:
+                dictionaries[lang] = dictionary
+                dictionary.save(os.path.join(self.args.destdir, f"dict.{lang}.txt"))
+        return dictionaries
 
     def build_label_dicts(self, datas) -> Dict[str, LabelDictionary]:
         """Given dictionaries, else the parser's label inventory plus (unless labels are closed) the labels seen.
@@ -533,6 +724,31 @@ class Preprocessor:
             data.select([p for p in range(len(data.line_numbers)) if p not in unknown])
         return label_dicts
 
+    def transition_split(self, data: SplitData, pieces, word_ids):
+        """--target-transitions: the target's pieces become the oracle's transition sequence (and its word ids
+        NO_WORD on arcs); a pair whose target tree is not projective is dropped with that reason."""
+        tgt = self.langs[1]
+        rule = word_rule(self.args.word_vocabulary)
+        tokens, ids, keep = [], [], []
+        for position, (tree, sentence, words) in enumerate(zip(data.trees[tgt], pieces[tgt], word_ids[tgt])):
+            try:
+                sequence, sequence_ids = transition_sequence(tree.heads, tree.labels, sentence, words)
+            except NonProjectiveError as error:
+                (h1, d1), (h2, d2) = error.crossing
+                data.drops.append((data.line_numbers[position], tgt, f"non-projective target tree (arc {h1}->{d1} "
+                                   f"crosses arc {h2}->{d2})", data.texts[tgt][position]))
+                data.non_projective += 1
+                continue
+            keep.append(position)
+            tokens.append(sequence)
+            ids.append(sequence_ids)
+            if not word_rule_agrees(sequence, sequence_ids, rule):
+                data.decoding_rule_mismatch += 1
+        data.select(keep)
+        pieces = {lang: tokens if lang == tgt else [pieces[lang][p] for p in keep] for lang in pieces}
+        word_ids = {lang: ids if lang == tgt else [word_ids[lang][p] for p in keep] for lang in word_ids}
+        return pieces, word_ids
+
     def write_multitask_split(self, data: SplitData, pieces, word_ids, dictionary, info: dict) -> None:
         """Tagged translation pairs and, in train, the parse pairs after them (fairseq_syntax/data/multitask.py);
         the kept sentences and reports as in every data-bin; no side channels."""
@@ -547,13 +763,19 @@ class Preprocessor:
         self.write_reports(data)
         info["pairs"][data.name] = counts
 
-    def binarize_tokens(self, split, lang, sentences, dictionary):
+    def binarize_tokens(self, split, lang, sentences, dictionary) -> Tuple[int, int]:
+        """Writes the tokens; returns (how many are <unk>, how many there are), EOS not counted."""
         src, tgt = self.langs
         prefix = os.path.join(self.args.destdir, f"{split}.{src}-{tgt}.{lang}")
         builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap", vocab_size=len(dictionary))
+        unknown = total = 0
         for pieces in tqdm(sentences, desc=f"binarize {split}.{lang}", unit="sent", mininterval=5, file=sys.stderr):
-            builder.add_item(torch.IntTensor([dictionary.index(p) for p in pieces] + [dictionary.eos()]))
+            ids = [dictionary.index(p) for p in pieces]
+            unknown += ids.count(dictionary.unk())
+            total += len(ids)
+            builder.add_item(torch.IntTensor(ids + [dictionary.eos()]))
         builder.finalize(prefix + ".idx")
+        return unknown, total
 
     def write_reports(self, data: SplitData):
         destdir = self.args.destdir

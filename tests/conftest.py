@@ -1,8 +1,11 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from fairseq_syntax.paths import data_root as resolve_data_root
+
+from .devices import DEVICES, exact_float32
 
 DATA_ROOT = resolve_data_root()
 
@@ -23,3 +26,11 @@ def small_spacy_bin(data_root, tmp_path_factory) -> Path:
 
     return preprocess_sample(data_root, tmp_path_factory.mktemp("small-spacy-bin"),
                              (("train", "train", 200), ("valid", "val", 24)), spm_vocab_size=500)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """The device a module-against-reference test runs on: "cpu", and "cuda" when there is one (skipped otherwise,
+    tests/devices.py). TF32 is off inside the test, so float32 on CUDA keeps the CPU's tolerances."""
+    with exact_float32():
+        yield torch.device(request.param)

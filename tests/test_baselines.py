@@ -1,5 +1,6 @@
 """The PASCAL paper's syntax baselines on the contract: LISA (a biaffine head supervised to attend to parents) and
-Sennrich & Haddow's label features in the embeddings, against naive loops and through the fairseq commands."""
+Sennrich & Haddow's label features in the embeddings, against naive loops (the modules on the CPU and on CUDA,
+tests/devices.py) and through the fairseq commands."""
 import math
 import re
 from argparse import Namespace
@@ -12,6 +13,7 @@ from fairseq_syntax.modules import SyntaxBiasedSelfAttention
 from fairseq_syntax.modules.lisa import LisaParentAttention, parent_loss
 from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
+from .devices import on
 from .helpers import USER_DIR, run_cli
 from .test_end_to_end import data_bin, load_task  # noqa: F401  (module fixture: a small syntax data-bin)
 
@@ -68,20 +70,24 @@ def naive_lisa(lisa, x, mask, parents, is_piece):
 
 
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_lisa_head_matches_naive_biaffine(left_pad):
+def test_lisa_head_matches_naive_biaffine(left_pad, device):
     attention = lisa_attention(head=1)
     x, mask, parents, is_piece = padded_batch([5, 7, 3], left_pad)
     syntax = {"src_parent_first": parents, "src_word_ids": torch.where(is_piece, 0, -1)}
-    modification = attention.score_modifier(x, syntax, mask)
-    _, weights = attention(x, x, x, key_padding_mask=mask, need_head_weights=True, score_modification=modification)
+    module, x_on, syntax_on, mask_on = on(device, (attention, x, syntax, mask))
+    modification = module.score_modifier(x_on, syntax_on, mask_on)
+    _, weights = module(x_on, x_on, x_on, key_padding_mask=mask_on, need_head_weights=True,
+                        score_modification=modification)
+    matrix, weights = modification.matrix.detach().cpu(), weights.cpu()
     plain = SyntaxBiasedSelfAttention(EMBED_DIM, HEADS, dropout=0.0, self_attention=True).double().eval()
     plain.load_state_dict({k: v for k, v in attention.state_dict().items() if "score_modifier" not in k})
     plain.skip_embed_dim_check = True  # fairseq's own path, which returns per-head weights as (H, B, T, S)
-    _, plain_weights = plain(x, x, x, key_padding_mask=mask, need_head_weights=True)
+    _, plain_weights = on(device, plain)(x_on, x_on, x_on, key_padding_mask=mask_on, need_head_weights=True)
+    plain_weights = plain_weights.cpu()
     with torch.no_grad():
         scores, rows, loss = naive_lisa(attention.score_modifier, x, mask, parents, is_piece)
     real = ~mask
-    torch.testing.assert_close(modification.matrix[:, 0], scores.detach(), rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(matrix[:, 0], scores.detach(), rtol=1e-7, atol=1e-9)
     lisa_rows = weights[1]  # (B, T, T) of head 1
     torch.testing.assert_close(lisa_rows[real], rows[real], rtol=1e-5, atol=1e-6)
     for head in (0, 2, 3):  # the other heads are plain attention (fairseq's softmax is float32 whatever the dtype)
@@ -89,27 +95,27 @@ def test_lisa_head_matches_naive_biaffine(left_pad):
     assert float(modification.auxiliary_losses["lisa_parent"].detach()) == pytest.approx(loss, rel=1e-5)
 
 
-def test_parent_loss_is_zero_exactly_when_all_mass_is_on_the_parents():
-    _, mask, parents, is_piece = padded_batch([4, 6], left_pad=True, seed=3)
-    on_parents = torch.full((2, 6, 6), float("-inf"))
+def test_parent_loss_is_zero_exactly_when_all_mass_is_on_the_parents(device):
+    _, mask, parents, is_piece = on(device, padded_batch([4, 6], left_pad=True, seed=3))
+    on_parents = torch.full((2, 6, 6), float("-inf"), device=device)
     on_parents.scatter_(-1, parents.unsqueeze(-1), 0.0)
     on_parents[~is_piece] = 0.0  # rows of EOS and padding: anything, they are not supervised
     assert float(parent_loss(on_parents, parents, is_piece, mask)) == 0.0
     mostly = on_parents.clone()
     first_piece_row = is_piece.nonzero()[0].tolist()
     mostly[first_piece_row[0], first_piece_row[1]] = torch.where(
-        torch.isinf(mostly[first_piece_row[0], first_piece_row[1]]), torch.tensor(-5.0), torch.tensor(0.0))
+        torch.isinf(mostly[first_piece_row[0], first_piece_row[1]]), -5.0, 0.0)
     assert float(parent_loss(mostly, parents, is_piece, mask)) > 0.0
     # padded keys take no mass: huge scores there change nothing
     loud_padding = on_parents.masked_fill(mask[:, None, :], 1e4)
     assert float(parent_loss(loud_padding, parents, is_piece, mask)) == 0.0
 
 
-def test_label_embedding_replaces_the_last_dimensions_only(data_bin):  # noqa: F811
+def test_label_embedding_replaces_the_last_dimensions_only(data_bin, device):  # noqa: F811
     _, destdir = data_bin
     task, cfg = load_task(destdir, "--arch", "transformer_sh_tiny")
     task.load_dataset("valid")
-    model = task.build_model(cfg.model).eval()
+    model = task.build_model(cfg.model).eval().to(device)
     vanilla_task, vanilla_cfg = load_task(destdir, "--arch", "transformer_tiny_vanilla")
     vanilla = vanilla_task.build_model(vanilla_cfg.model)
     label_count = len(task.label_dicts["en"])
@@ -118,7 +124,7 @@ def test_label_embedding_replaces_the_last_dimensions_only(data_bin):  # noqa: F
     assert count(model) == count(vanilla) + label_count * 10  # the label table is all it adds
     dataset = task.dataset("valid")
     batch = dataset.collater([dataset[i] for i in range(3)])
-    net_input = {k: v for k, v in batch["net_input"].items() if k != "prev_output_tokens"}
+    net_input = on(device, {k: v for k, v in batch["net_input"].items() if k != "prev_output_tokens"})
     encoder = model.encoder
     with torch.no_grad():
         before = encoder.embedding_mechanism(encoder.embed_tokens(net_input["src_tokens"]), net_input, None)

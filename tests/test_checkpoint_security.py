@@ -123,3 +123,30 @@ def test_checkpoint_with_foreign_class_is_refused_naming_it(tmp_path):
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
     with pytest.raises(pickle.UnpicklingError):  # nothing was switched off globally
         torch.load(path)
+
+
+def test_metric_meters_with_numpy_counts_load(tmp_path):
+    """fairseq keeps its metrics in the checkpoint; with --eval-bleu the BLEU meters hold numpy integer arrays. Such a
+    checkpoint (written by every `--eval-bleu --best-checkpoint-metric bleu` run) once was refused."""
+    import numpy as np
+
+    path = tmp_path / "bleu_meters.pt"
+    counts = np.array([24, 21, 18, 15])
+    torch.save({"model": {}, "args": None, "extra_state": {"metrics": {"valid": [("_bleu_counts", "AverageMeter", 0,
+                                                                                  {"val": counts, "sum": counts * 2})]},
+                                                           "best": 12.5}}, path)
+    state = torch.load(path)  # weights-only (torch's default), with the plugin's allowlist
+    meter = state["extra_state"]["metrics"]["valid"][0][3]
+    assert meter["sum"].tolist() == [48, 42, 36, 30] and meter["val"].dtype == np.int64
+
+
+def test_object_arrays_stay_refused(tmp_path):
+    import numpy as np
+
+    path, marker = tmp_path / "object_array.pt", tmp_path / "pwned"
+    payload = np.empty(1, dtype=object)
+    payload[0] = SystemCall(f"touch {marker}")
+    torch.save({"model": {}, "args": None, "payload": payload}, path)
+    with pytest.raises(UnsafeCheckpointError, match="object_array.pt: it contains"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()

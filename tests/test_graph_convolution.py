@@ -1,7 +1,8 @@
 """The syntactic GCN (Bastings et al., 2017; the equations of Choshen & Abend, section 4) and its two Transformer
 baselines (RGSE paper, section 4.1): the batched edge-list module against a per-node loop written from the
 equations and against the dense (B x T x T) form, the ablation switches, edge dropout, the bidirectional GRU on
-left- and right-padded batches, and both presets through fairseq-train and fairseq-generate.
+left- and right-padded batches, and both presets through fairseq-train and fairseq-generate. The tensor-level
+comparisons run on the CPU and on CUDA (tests/devices.py: the module on the device, the loops on the CPU).
 
 `python -m tests.test_graph_convolution` times the edge-list and the dense form (forward + backward, CPU)."""
 import math
@@ -21,6 +22,8 @@ from fairseq_syntax.modules.graph_convolution import (
     DOWN, SELF, UP, BiGRUGraphConvolution, BidirectionalGRU, GraphConvolution, GraphConvolutionSublayer,
     directed_edges, gather_incoming,
 )
+
+from .devices import assert_same, on
 
 NUM_LABELS = 7  # data-bin labels 0..6 (0: EOS and padding), SUBWORD = 7
 EMBED_DIM = 6
@@ -97,7 +100,12 @@ def arcs_tensor(per_sentence):
     return PieceArcs(batch=columns[0], head=columns[1], dependent=columns[2], label=columns[3])
 
 
+def arcs_on(device, arcs: PieceArcs) -> PieceArcs:
+    return PieceArcs(*on(device, (arcs.batch, arcs.head, arcs.dependent, arcs.label)))
+
+
 def arcs_of(arcs: PieceArcs, batch):
+    arcs = arcs_on("cpu", arcs)
     return [sorted((int(h), int(d), int(lab)) for s, h, d, lab in zip(arcs.batch, arcs.head, arcs.dependent,
                                                                       arcs.label) if int(s) == b)
             for b in range(batch)]
@@ -184,9 +192,10 @@ WORDS = [5, 1, 3, 7]  # a one-word sentence has only its self loop and, if split
 # a split ROOT word: the collater gives each of its pieces the root's FIRST column as parent (its self-parent), which
 # must not become an arc (piece_arcs once compared with the piece's own column and added one per later piece)
 @pytest.mark.parametrize("split_root", [False, True])
-def test_piece_arcs_follow_their_documented_rule(left_pad, split_root):
+def test_piece_arcs_follow_their_documented_rule(left_pad, split_root, device):
     sentences = random_sentences(WORDS * 3, seed=4, split_root=split_root)
     syntax, _ = batch_features(sentences, left_pad)
+    syntax = on(device, syntax)
     arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"], NUM_LABELS)
     assert arcs_of(arcs, len(sentences)) == [rule_arcs(s) for s in sentences]
 
@@ -195,7 +204,7 @@ def test_piece_arcs_follow_their_documented_rule(left_pad, split_root):
 
 @SWITCHES
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_gcn_matches_the_equations_node_by_node(labels, gates, left_pad):
+def test_gcn_matches_the_equations_node_by_node(labels, gates, left_pad, device):
     sentences = random_sentences(WORDS, seed=1)
     syntax, _ = batch_features(sentences, left_pad, extra_padding=1)
     per_sentence = [rule_arcs(s) for s in sentences]
@@ -203,7 +212,7 @@ def test_gcn_matches_the_equations_node_by_node(labels, gates, left_pad):
     width = syntax["src_word_ids"].size(1)
     x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        got = gcn(x, arcs_tensor(per_sentence))
+        got = on(device, gcn)(x.to(device), arcs_on(device, arcs_tensor(per_sentence))).cpu()
         expected = naive_gcn(gcn, x, per_sentence)
         dense = dense_gcn(gcn, x, arcs_tensor(per_sentence))
     assert (expected > 0).any() and (expected == 0).any()  # both sides of the ReLU are exercised
@@ -212,17 +221,17 @@ def test_gcn_matches_the_equations_node_by_node(labels, gates, left_pad):
 
 
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_each_sentence_is_its_own_graph(left_pad):
+def test_each_sentence_is_its_own_graph(left_pad, device):
     """The same sentence alone, in a batch padded on either side: the same outputs at its columns."""
     sentences = random_sentences(WORDS, seed=5)
-    syntax, _ = batch_features(sentences, left_pad)
-    gcn = random_gcn(True, True)
-    x = torch.randn(syntax["src_word_ids"].size(1), len(sentences), EMBED_DIM, dtype=torch.float64)
+    syntax, _ = on(device, batch_features(sentences, left_pad))
+    gcn = on(device, random_gcn(True, True))
+    x = torch.randn(syntax["src_word_ids"].size(1), len(sentences), EMBED_DIM, dtype=torch.float64, device=device)
     arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"], NUM_LABELS)
     with torch.no_grad():
         together = gcn(x, arcs)
         for b, s in enumerate(sentences):
-            alone_syntax, _ = batch_features([dict(s)], left_pad=False)
+            alone_syntax, _ = on(device, batch_features([dict(s)], left_pad=False))
             tokens = alone_syntax["src_word_ids"].size(1)
             columns = slice(s["offset"], s["offset"] + tokens)
             alone_arcs = piece_arcs(alone_syntax["src_parent_first"], alone_syntax["src_labels"],
@@ -241,43 +250,47 @@ def test_switches_remove_exactly_their_parameters():
     assert {name for name, _ in ungated.named_parameters()} == {"weight.weight", "bias"}
 
 
-def test_unlabeled_gcn_ignores_the_labels():
+def test_unlabeled_gcn_ignores_the_labels(device):
     sentences = random_sentences(WORDS, seed=6)
     batch_features(sentences, left_pad=True)
     per_sentence = [rule_arcs(s) for s in sentences]
     relabeled = [[(h, d, (lab * 3) % (NUM_LABELS + 1)) for h, d, lab in arcs] for arcs in per_sentence]
     width = max(sum(s["pieces"]) + 1 for s in sentences)
-    x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64)
-    unlabeled, labeled = random_gcn(False, True), random_gcn(True, True)
+    x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64, device=device)
+    unlabeled, labeled = on(device, random_gcn(False, True)), on(device, random_gcn(True, True))
+    arcs, relabeled_arcs = arcs_on(device, arcs_tensor(per_sentence)), arcs_on(device, arcs_tensor(relabeled))
     with torch.no_grad():
-        assert torch.equal(unlabeled(x, arcs_tensor(per_sentence)), unlabeled(x, arcs_tensor(relabeled)))
-        assert not torch.allclose(labeled(x, arcs_tensor(per_sentence)), labeled(x, arcs_tensor(relabeled)))
+        assert_same(unlabeled(x, arcs), unlabeled(x, relabeled_arcs), device)
+        assert not torch.allclose(labeled(x, arcs), labeled(x, relabeled_arcs))
 
 
-def test_gather_incoming_sums_weighted_sources():
+def test_gather_incoming_sums_weighted_sources(device):
     values = torch.arange(12.0).view(4, 3)
     source, target = torch.tensor([0, 1, 3, 3]), torch.tensor([2, 2, 0, 1])
     weights = torch.tensor([1.0, 2.0, 0.5, 1.0])
-    out = gather_incoming(values, source, target, 3, weights)
+    out = gather_incoming(*on(device, (values, source, target)), 3, weights.to(device)).cpu()
     expected = torch.stack([0.5 * values[3], values[3], values[0] + 2 * values[1]])
     torch.testing.assert_close(out, expected)
 
 
-def test_gcn_gradients_reach_every_parameter():
+def test_gcn_gradients_reach_every_parameter(device):
     sentences = random_sentences(WORDS, seed=7)
     batch_features(sentences, left_pad=True)
     per_sentence = [rule_arcs(s) for s in sentences]
     width = max(sum(s["pieces"]) + 1 for s in sentences)
-    gcn = random_gcn(True, True).train()
-    x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda inp: gcn(inp, arcs_tensor(per_sentence)), (x,))
-    gcn(x, arcs_tensor(per_sentence)).sum().backward()
+    gcn = on(device, random_gcn(True, True)).train()
+    arcs = arcs_on(device, arcs_tensor(per_sentence))
+    x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64, device=device, requires_grad=True)
+    # on CUDA the backward of index_select sums with atomics, in any order: two backward passes may differ in the
+    # last bits, which gradcheck's reentrancy check must allow
+    assert torch.autograd.gradcheck(lambda inp: gcn(inp, arcs), (x,), nondet_tol=0.0 if device.type == "cpu" else 1e-12)
+    gcn(x, arcs).sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in gcn.parameters())
 
 
 # ---- edge dropout -------------------------------------------------------------------------------------------------
 
-def test_edge_dropout_drops_whole_edges_in_training_only_and_keeps_self_loops():
+def test_edge_dropout_drops_whole_edges_in_training_only_and_keeps_self_loops(device):
     sentences = random_sentences([9, 6, 8, 4], seed=8)
     syntax, _ = batch_features(sentences, left_pad=True)
     per_sentence = [rule_arcs(s) for s in sentences]
@@ -287,15 +300,17 @@ def test_edge_dropout_drops_whole_edges_in_training_only_and_keeps_self_loops():
     no_dropout = random_gcn(True, True, edge_dropout=0.0)
     width, batch = syntax["src_word_ids"].size(1), len(sentences)
     x = torch.randn(width, batch, EMBED_DIM, dtype=torch.float64)
+    module, x_on, arcs_on_device = on(device, gcn), x.to(device), arcs_on(device, arcs)
     with torch.no_grad():
-        assert torch.equal(gcn.eval()(x, arcs), no_dropout(x, arcs))  # evaluation: every edge
-        gcn.train()
+        assert_same(module.eval()(x_on, arcs_on_device), on(device, no_dropout)(x_on, arcs_on_device), device)
+        module.train()
         torch.manual_seed(11)
-        trained = gcn(x, arcs)
-        # the same draw: one uniform number per directed edge (down edges, then up edges, in arc order)
+        trained = module(x_on, arcs_on_device).cpu()
+        # the same draw, from the device's generator: one uniform number per directed edge (down edges, then up
+        # edges, in arc order)
         torch.manual_seed(11)
         edges = directed_edges(arcs, batch)
-        keep = torch.rand(edges.source.numel()) >= rate
+        keep = (torch.rand(edges.source.numel(), device=device) >= rate).cpu()
     assert 0 < int(keep.sum()) < keep.numel()
     scale = {}
     for e in range(keep.numel()):
@@ -307,15 +322,16 @@ def test_edge_dropout_drops_whole_edges_in_training_only_and_keeps_self_loops():
     almost_all = random_gcn(True, True, edge_dropout=1 - 1e-9).train()
     with torch.no_grad():
         torch.manual_seed(0)
-        only_self = almost_all(x, arcs)
+        only_self = on(device, almost_all)(x_on, arcs_on_device).cpu()
     torch.testing.assert_close(only_self, naive_gcn(almost_all, x, [[] for _ in sentences]), rtol=1e-10, atol=1e-12)
 
 
 # ---- the bidirectional GRU ----------------------------------------------------------------------------------------
 
-def test_bigru_reads_each_sentence_alone_whatever_the_padding():
+def test_bigru_reads_each_sentence_alone_whatever_the_padding(device):
     torch.manual_seed(0)
-    rnn = BidirectionalGRU(EMBED_DIM).double()
+    cpu_rnn = BidirectionalGRU(EMBED_DIM).double()
+    rnn = on(device, cpu_rnn)
     lengths = [5, 2, 7, 1, 7]
     width = max(lengths) + 1
     sentences = [torch.randn(n, EMBED_DIM, dtype=torch.float64) for n in lengths]
@@ -333,17 +349,17 @@ def test_bigru_reads_each_sentence_alone_whatever_the_padding():
         outputs = {}
         for left in (True, False):
             x, mask = padded(left)
-            out = rnn(x, mask)
+            out = rnn(x.to(device), mask.to(device)).cpu()
             assert out.shape == x.shape
             assert torch.equal(out[mask.t()], torch.zeros_like(out[mask.t()]))  # padding columns: 0
             outputs[left] = [out[width - n:, b] if left else out[:n, b] for b, n in enumerate(lengths)]
         for b, s in enumerate(sentences):
-            alone = rnn(s.unsqueeze(1), None)[:, 0]
+            alone = rnn(s.unsqueeze(1).to(device), None)[:, 0].cpu()
             torch.testing.assert_close(outputs[True][b], alone, rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(outputs[False][b], alone, rtol=1e-12, atol=1e-12)
     # the backward direction reads the sentence from its last token: there its state is one GRU step from 0
     # (r, z, n as torch.nn.GRU defines them)
-    gru, last = rnn.rnn, sentences[0][-1]
+    gru, last = cpu_rnn.rnn, sentences[0][-1]
     from_input = (gru.weight_ih_l0_reverse @ last + gru.bias_ih_l0_reverse).chunk(3)
     from_state = gru.bias_hh_l0_reverse.chunk(3)  # W_hh h = 0
     reset = torch.sigmoid(from_input[0] + from_state[0])
@@ -363,7 +379,7 @@ def mechanism_args(**values):
 
 @pytest.mark.parametrize("normalize_before", [False, True])
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_gcn_sublayer_is_a_residual_normalized_gcn(left_pad, normalize_before):
+def test_gcn_sublayer_is_a_residual_normalized_gcn(left_pad, normalize_before, device):
     sentences = random_sentences(WORDS, seed=9, split_root=False)  # (piece_arcs and the rule then agree)
     syntax, mask = batch_features(sentences, left_pad)
     torch.manual_seed(3)
@@ -372,7 +388,7 @@ def test_gcn_sublayer_is_a_residual_normalized_gcn(left_pad, normalize_before):
     x = torch.randn(syntax["src_word_ids"].size(1), len(sentences), EMBED_DIM, dtype=torch.float64)
     per_sentence = [rule_arcs(s) for s in sentences]
     with torch.no_grad():
-        out = mechanism(x, syntax, mask)
+        out = on(device, mechanism)(*on(device, (x, syntax, mask))).cpu()
         norm = mechanism.layer_norm
         if normalize_before:
             expected = x + naive_gcn(mechanism.gcn, norm(x), per_sentence)
@@ -381,10 +397,11 @@ def test_gcn_sublayer_is_a_residual_normalized_gcn(left_pad, normalize_before):
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
 
 
-def test_birnn_gcn_is_the_gcn_over_the_bigru_with_a_residual_and_ignores_padding_side():
+def test_birnn_gcn_is_the_gcn_over_the_bigru_with_a_residual_and_ignores_padding_side(device):
     sentences = random_sentences(WORDS, seed=10, split_root=False)
     torch.manual_seed(4)
     mechanism = BiGRUGraphConvolution(mechanism_args(), EMBED_DIM, 2, 0).double().eval()
+    module = on(device, mechanism)
     real = {}
     for left_pad in (True, False):
         syntax, mask = batch_features(sentences, left_pad)
@@ -396,8 +413,8 @@ def test_birnn_gcn_is_the_gcn_over_the_bigru_with_a_residual_and_ignores_padding
             x[s["offset"]:s["offset"] + tokens, b] = torch.randn(tokens, EMBED_DIM, dtype=torch.float64,
                                                                  generator=generator)
         with torch.no_grad():
-            out = mechanism(x, syntax, mask)
-            states = mechanism.rnn(x, mask)
+            out = module(*on(device, (x, syntax, mask))).cpu()
+            states = module.rnn(x.to(device), mask.to(device)).cpu()  # the BiGRU's own test is above
             expected = states + naive_gcn(mechanism.gcn, states, [rule_arcs(s) for s in sentences])
         torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
         real[left_pad] = [out[s["offset"]:s["offset"] + sum(s["pieces"]) + 1, b] for b, s in enumerate(sentences)]

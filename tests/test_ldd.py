@@ -1,6 +1,7 @@
 """LDD (Liu & Sima'an) and its ablations: the attention against per-sentence, per-head loops written from equations
 3-7; the compressed channel against its definition; distributions from a SuPar parser trained here; every variant
-through fairseq-train and fairseq-generate."""
+through fairseq-train and fairseq-generate. The tensor-level comparisons run on the CPU and on CUDA
+(tests/devices.py: the module on the device, the loops on the CPU)."""
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from fairseq_syntax.modules import SyntaxBiasedSelfAttention
 from fairseq_syntax.modules.ldd import LabeledDependencyDistributions
 from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
+from .devices import on
 from .helpers import USER_DIR, run_cli, write_multi30k_sample
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small spaCy-parsed data-bin)
 from .test_supar_parser import tiny_model  # noqa: F401  (a SuPar parser trained on 300 EWT sentences)
@@ -145,26 +147,29 @@ def ldd_attention(variant, seed=0):
 
 @pytest.mark.parametrize("left_pad", [True, False])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_attention_matches_naive_equations(variant, left_pad):
+def test_attention_matches_naive_equations(variant, left_pad, device):
     sentences, syntax, mask, width = random_batch([4, 2, 6], left_pad, seed=len(variant))
     attention = ldd_attention(variant)
     x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        modification = attention.score_modifier(x, syntax, mask)
-        got, _ = attention(x, x, x, key_padding_mask=mask, score_modification=modification)
+        module, x_on, syntax_on, mask_on = on(device, (attention, x, syntax, mask))
+        modification = module.score_modifier(x_on, syntax_on, mask_on)
+        assert modification.matrix.dtype == torch.float32 and modification.matrix.device == x_on.device
+        got, _ = module(x_on, x_on, x_on, key_padding_mask=mask_on, score_modification=modification)
+        got = got.cpu()
         expected = naive_ldd_attention(attention, x, mask, sentences, width, variant)
     real = ~mask.t()  # padded queries are not compared (they attend like any query but nobody reads them)
     # the syntax matrices are float32 by design (densities in float32 whatever the model's dtype): 1e-5
     torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)
 
 
-def test_variants_differ_where_they_should():
+def test_variants_differ_where_they_should(device):
     """A test that could fail: LDD is not LDP or uniform on the same batch, and udd is uudd."""
-    sentences, syntax, mask, width = random_batch([5, 3], True)
-    x = torch.randn(width, 2, EMBED_DIM, dtype=torch.float64)
+    _, syntax, mask, width = on(device, random_batch([5, 3], True))
+    x = torch.randn(width, 2, EMBED_DIM, dtype=torch.float64, device=device)
     outputs = {}
     for variant in ("ldd", "ldp", "uldd", "uudd", "udd"):
-        attention = ldd_attention(variant)
+        attention = on(device, ldd_attention(variant))
         with torch.no_grad():
             outputs[variant] = attention(x, x, x, key_padding_mask=mask,
                                          score_modification=attention.score_modifier(x, syntax, mask))[0]
@@ -199,12 +204,13 @@ GROUP_OF_RELATION[1, 0] = GROUP_OF_RELATION[2, 5] = GROUP_OF_RELATION[3, 5] = 1
 SPECIAL_RELATIONS = torch.tensor([True, False, False, False, False, False])
 
 
-def test_compression_keeps_what_it_claims_within_the_quantisation_error():
+def test_compression_keeps_what_it_claims_within_the_quantisation_error(device):
+    """(The parser, and so the compression, runs on the GPU when preprocessing has one.)"""
     arc_scores, relation_scores, word_mask, lengths = random_scores()
-    probs = arc_distributions(arc_scores, word_mask)
+    probs = arc_distributions(*on(device, (arc_scores, word_mask)))
     mass, max_heads = 0.9, 3
-    stored, stats = compress(probs, relation_scores, word_mask, GROUP_OF_RELATION, SPECIAL_RELATIONS, mass=mass,
-                             max_heads=max_heads)
+    stored, stats = compress(probs, *on(device, (relation_scores, word_mask, GROUP_OF_RELATION, SPECIAL_RELATIONS)),
+                             mass=mass, max_heads=max_heads)
     total_kept = total_group = 0.0
     for b, n in enumerate(lengths):
         sentence = stored[b]
@@ -245,10 +251,13 @@ def test_compression_keeps_what_it_claims_within_the_quantisation_error():
     assert set(stored[2].heads.tolist()) == {0} and set(stored[2].dependents.tolist()) == {0}
 
 
-def test_dense_expansion_of_stored_arcs():
+def test_dense_expansion_of_stored_arcs(device):
     sentences, syntax, _, _ = random_batch([3, 5], False, seed=3)
+    syntax = on(device, syntax)
     dense = word_distributions(syntax["src_ldd_dependents"], syntax["src_ldd_heads"], syntax["src_ldd_groups"],
                                syntax["src_ldd_probs"], 5)
+    assert dense.dtype == torch.float32 and dense.device == syntax["src_ldd_probs"].device
+    dense = dense.cpu()
     for b, sentence in enumerate(sentences):
         D = naive_word_matrices(sentence, "ldd")
         words = len(sentence["heads"])
@@ -257,9 +266,9 @@ def test_dense_expansion_of_stored_arcs():
         assert dense[b, words:].abs().sum() == 0 and dense[b, :, words:].abs().sum() == 0
 
 
-def test_tree_marginals_are_distributions_over_heads():
+def test_tree_marginals_are_distributions_over_heads(device):
     arc_scores, _, word_mask, lengths = random_scores(seed=2)
-    marginals = arc_distributions(arc_scores, word_mask, "tree")
+    marginals = arc_distributions(*on(device, (arc_scores, word_mask)), "tree").cpu()
     for b, n in enumerate(lengths):
         rows = marginals[b, 1:n + 1, :n + 1]
         torch.testing.assert_close(rows.sum(-1), torch.ones(n), atol=1e-4, rtol=0)

@@ -1,4 +1,5 @@
-"""PASCAL attention against a naive per-sentence, per-head, per-position loop written from equations 1-3."""
+"""PASCAL attention against a naive per-sentence, per-head, per-position loop written from equations 1-3, on the
+CPU and on CUDA (tests/devices.py: the module runs on the device, the loop on the CPU)."""
 import math
 from argparse import Namespace
 
@@ -7,6 +8,8 @@ import torch
 
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
 from fairseq_syntax.modules.pascal import ParentScaledModifier
+
+from .devices import on
 
 EMBED_DIM, HEADS = 16, 4
 # The density D^p is computed in float32 by design (whatever the model's dtype), so a float64 model agrees with
@@ -26,7 +29,8 @@ def build_attention(pascal_heads, variance=1.0, parent_ignoring=0.0, seed=0):
 
 def pascal(attention, x, mask, parents, **kwargs):
     """The attention with PASCAL's modification for these parents, as a syntax encoder layer calls it."""
-    halves = (2 * parents).round().long()  # the batch feature: twice the middle position, an integer
+    halves = (2 * parents).round().long().to(x.device)  # the batch feature: twice the middle position, an integer
+    mask = mask.to(x.device)
     modification = attention.score_modifier(x, {"src_parent_middle_halves": halves}, mask)
     return attention(x, x, x, key_padding_mask=mask, score_modification=modification, **kwargs)
 
@@ -81,10 +85,12 @@ def naive_pascal(attention, x, mask, parents, pascal_heads, variance, ignored_ro
 
 @pytest.mark.parametrize("left_pad", [True, False])
 @pytest.mark.parametrize("pascal_heads,variance", [(1, 1.0), (2, 1.0), (4, 0.5), (3, 2.0)])
-def test_matches_naive_loop(left_pad, pascal_heads, variance):
+def test_matches_naive_loop(left_pad, pascal_heads, variance, device):
     attention = build_attention(pascal_heads, variance).eval()
     x, mask, parents = random_batch([5, 7, 3], left_pad)
-    output, head_weights = pascal(attention, x, mask, parents, need_weights=True, need_head_weights=True)
+    output, head_weights = pascal(on(device, attention), x.to(device), mask, parents, need_weights=True,
+                                  need_head_weights=True)
+    output, head_weights = output.cpu(), head_weights.cpu()
     expected_output, expected_weights = naive_pascal(attention, x, mask, parents, pascal_heads, variance)
     real = ~mask  # rows of padded queries are never used
     torch.testing.assert_close(output.transpose(0, 1)[real], expected_output.transpose(0, 1)[real], **F32)
@@ -92,41 +98,44 @@ def test_matches_naive_loop(left_pad, pascal_heads, variance):
                                expected_weights[real.unsqueeze(1).expand(-1, HEADS, -1)], **F32)
 
 
-def test_each_sentence_gets_its_own_parents():
+def test_each_sentence_gets_its_own_parents(device):
     """The public code scaled the wrong sentences when PASCAL heads < heads: swapping two sentences' parent
     vectors together with the sentences must swap the outputs, and only their own rows may change."""
-    attention = build_attention(pascal_heads=2).eval()
-    x, mask, parents = random_batch([6, 6, 6], left_pad=True, seed=3)
+    attention = on(device, build_attention(pascal_heads=2).eval())
+    x, mask, parents = on(device, random_batch([6, 6, 6], left_pad=True, seed=3))
     out, _ = pascal(attention, x, mask, parents, need_weights=False)
     changed = parents.clone()
-    changed[1] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    changed[1] = 0.0
     out_changed, _ = pascal(attention, x, mask, changed, need_weights=False)
     torch.testing.assert_close(out_changed[:, [0, 2]], out[:, [0, 2]], **F32)
     assert not torch.allclose(out_changed[:, 1], out[:, 1])
 
 
-def test_without_syntax_is_fairseq_attention():
+def test_without_syntax_is_fairseq_attention(device):
     attention = build_attention(pascal_heads=4).eval()
     x, mask, parents = random_batch([4, 6], left_pad=False)
-    plain, _ = attention(x, x, x, key_padding_mask=mask, need_weights=False)
+    x_on, mask_on = on(device, (x, mask))
+    plain, _ = on(device, attention)(x_on, x_on, x_on, key_padding_mask=mask_on, need_weights=False)
+    plain = plain.cpu()
     expected, _ = naive_pascal(attention, x, mask, parents, pascal_heads=0, variance=1.0)
     real = ~mask
     torch.testing.assert_close(plain.transpose(0, 1)[real], expected.transpose(0, 1)[real], **F32)
 
 
-def test_parent_ignoring_in_training_only():
+def test_parent_ignoring_in_training_only(device):
     attention = build_attention(pascal_heads=2, parent_ignoring=0.5)
     x, mask, parents = random_batch([8, 5, 7], left_pad=True, seed=5)
-    attention.eval()
-    eval_out, _ = pascal(attention, x, mask, parents, need_weights=False)
+    module = on(device, attention).eval()
+    eval_out, _ = pascal(module, x.to(device), mask, parents, need_weights=False)
+    eval_out = eval_out.cpu()
     expected, _ = naive_pascal(attention, x, mask, parents, 2, 1.0)
     real = ~mask
     torch.testing.assert_close(eval_out.transpose(0, 1)[real], expected.transpose(0, 1)[real], **F32)
 
-    attention.train()
+    module.train()
     torch.manual_seed(0)
-    _, weights = pascal(attention, x, mask, parents, need_head_weights=True)
-    weights = weights.transpose(0, 1)  # (B, H, T, T)
+    _, weights = pascal(module, x.to(device), mask, parents, need_head_weights=True)
+    weights = weights.cpu().transpose(0, 1)  # (B, H, T, T)
     _, kept = naive_pascal(attention, x, mask, parents, 2, 1.0)
     _, ignored = naive_pascal(attention, x, mask, parents, 2, 1.0, ignored_rows=torch.ones_like(mask))
     outcomes = []

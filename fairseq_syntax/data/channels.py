@@ -16,8 +16,13 @@ A channel is declared once with `register_channel(ChannelSpec(...))`; the writer
 checks take it from `CHANNELS`.
 
 `syntax.json` in the data-bin records the format version, each side's channels with their stored layout, the
-parsers used and the size of the label set; `dict.{lang}.labels.txt` is the label dictionary of a side (one label
-per line, id = line number, id 0 reserved for padding). Sentence, row and word numbers in errors are 0-based.
+parsers used, the size of the label set and the segmentation of the tokens (`segmentation`: {"kind":
+"sentencepiece"} with the model file in `spm_model`, or {"kind": "words", "min_count": N, "joined": bool} for a word
+vocabulary, see word_codec.py; a manifest without it is sentencepiece) and, for a data-bin whose target tokens are
+transition sequences, the arc tokens appended to the target dictionary (`target_transitions`, see
+transition_channels.py; empty or absent: plain pieces); `dict.{lang}.labels.txt` is the label
+dictionary of a side (one label per line, id = line number, id 0 reserved for padding). Sentence, row and word
+numbers in errors are 0-based.
 """
 import json
 import os
@@ -28,6 +33,8 @@ import numpy as np
 
 FORMAT_VERSION = 2  # 2: channels recorded with their layout; 1: a list of the tree channels' names
 MANIFEST_NAME = "syntax.json"
+SENTENCEPIECE, WORDS = "sentencepiece", "words"  # segmentation kinds (SyntaxManifest.segmentation)
+SEGMENTATION_KINDS = (SENTENCEPIECE, WORDS)
 
 UNITS = ("piece", "word", "edge")
 KINDS = {
@@ -210,6 +217,15 @@ class SyntaxManifest:
     sides: Dict[str, SideManifest]
     spm_model: Optional[str] = None
     format_version: int = FORMAT_VERSION
+    # how tokens were made (see the module docstring); data-bins written before it existed are sentencepiece
+    segmentation: Dict[str, object] = field(default_factory=lambda: {"kind": SENTENCEPIECE})
+    # --target-transitions: the arc tokens appended to the target dictionary (transition_channels.py); empty when
+    # the target tokens are plain pieces (every data-bin written before it existed)
+    target_transitions: List[str] = field(default_factory=list)
+
+    @property
+    def word_level(self) -> bool:
+        return self.segmentation.get("kind") == WORDS
 
     def save(self, data_dir: str) -> None:
         with open(os.path.join(data_dir, MANIFEST_NAME), "w", encoding="utf-8") as f:
@@ -234,8 +250,12 @@ class SyntaxManifest:
                                            f"only {', '.join(TREE_CHANNELS)}")
                 side = dict(side, channels={name: VERSION_1_LAYOUTS[name] for name in side["channels"]})
             sides[lang] = SideManifest(**side)
+        segmentation = raw.get("segmentation") or {"kind": SENTENCEPIECE}
+        if segmentation.get("kind") not in SEGMENTATION_KINDS:
+            raise ValueError(f"{path}: segmentation {segmentation!r}, this code reads the kinds "
+                             f"{', '.join(SEGMENTATION_KINDS)}")
         # held (and saved again) in the current format whatever version was read
-        return cls(**dict(raw, sides=sides, format_version=FORMAT_VERSION))
+        return cls(**dict(raw, sides=sides, format_version=FORMAT_VERSION, segmentation=segmentation))
 
 
 class SentenceSyntax:

@@ -38,7 +38,10 @@ def copy_to_pieces(word_values: Tensor, word_ids: Tensor, fill) -> Tensor:
     trailing = word_values.shape[2:]
     gathered = word_values.gather(1, index.view(*index.shape, *([1] * len(trailing))).expand(*index.shape, *trailing))
     is_piece = (word_ids >= 0).view(*word_ids.shape, *([1] * len(trailing)))
-    fill = torch.as_tensor(fill, dtype=gathered.dtype, device=gathered.device)
+    if torch.is_tensor(fill):
+        fill = fill.to(dtype=gathered.dtype, device=gathered.device)
+    else:  # made on the device (torch.as_tensor of a Python number would copy it there and synchronise)
+        fill = torch.full((), fill, dtype=gathered.dtype, device=gathered.device)
     return torch.where(is_piece, gathered, fill)
 
 

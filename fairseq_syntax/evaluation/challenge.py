@@ -20,7 +20,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import challenge_sets, metrics
 from .metrics import EvaluationError
 from .reporting import METRIC_TITLES, fmt, plots
-from .system_outputs import PieceDecoder, parse_system_spec, read_linemap, read_system, read_text_lines
+from .system_outputs import (
+    PieceDecoder, is_word_level, parse_system_spec, read_linemap, read_system, read_text_lines,
+)
 
 
 def challenge_parser() -> argparse.ArgumentParser:
@@ -140,7 +142,9 @@ def run_challenge_export(args) -> Dict[str, object]:
 def score_challenge(manifest_path: Path, systems: Dict[str, Path], spm_model: Optional[Path] = None,
                     linemap: Optional[List[int]] = None, keys: Sequence[str] = ("bleu", "chrf++"),
                     tokenize: str = "13a", baseline: Optional[str] = None,
-                    bootstrap_samples: int = metrics.DEFAULT_BOOTSTRAP_SAMPLES) -> Dict[str, object]:
+                    bootstrap_samples: int = metrics.DEFAULT_BOOTSTRAP_SAMPLES, words: bool = False
+                    ) -> Dict[str, object]:
+    """`words`: the hypotheses are word-level tokens (a --word-vocabulary data-bin), decoded without spm_model."""
     manifest_path = Path(manifest_path)
     if not manifest_path.is_file():
         raise EvaluationError(f"manifest not found: {manifest_path}")
@@ -152,7 +156,7 @@ def score_challenge(manifest_path: Path, systems: Dict[str, Path], spm_model: Op
                               f"{manifest['sentences']}")
     if baseline is not None and baseline not in systems:
         raise EvaluationError(f"--baseline {baseline!r} is not one of the systems: {', '.join(systems)}")
-    decoder = PieceDecoder(spm_model)
+    decoder = PieceDecoder(spm_model, words=words)
     outputs = {name: read_system(name, path, len(references), decoder,
                                  f"the challenge export ({manifest_path.parent / manifest['sources']})", linemap)
                for name, path in systems.items()}
@@ -223,6 +227,7 @@ def run_challenge_score(args) -> Dict[str, object]:
         metrics.make_metric(key, args.tokenize)
     spm_model = Path(args.spm_model) if args.spm_model else None
     linemap = read_linemap(Path(args.linemap)) if args.linemap else None
+    words = False
     if args.data_bin:
         info_path = Path(args.data_bin) / "syntax.json"
         if not info_path.is_file():
@@ -230,6 +235,7 @@ def run_challenge_score(args) -> Dict[str, object]:
         info = json.loads(info_path.read_text())
         if spm_model is None and info.get("spm_model"):
             spm_model = Path(args.data_bin) / info["spm_model"]
+        words = is_word_level(info)
         linemap_path = Path(args.data_bin) / f"{args.gen_subset}.linemap"
         if linemap is None and linemap_path.is_file():
             linemap = read_linemap(linemap_path)
@@ -240,7 +246,7 @@ def run_challenge_score(args) -> Dict[str, object]:
             raise EvaluationError(f"two systems are named {name!r}")
         systems[name] = path
     results = score_challenge(Path(args.manifest), systems, spm_model, linemap, keys, args.tokenize, args.baseline,
-                              args.bootstrap_samples)
+                              args.bootstrap_samples, words=words)
     markdown = challenge_markdown(results)
     if args.out_dir:
         out_dir = Path(args.out_dir)

@@ -121,7 +121,8 @@ def score_parser(description: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--sources", metavar="FILE", help="source sentences, for the length buckets")
     parser.add_argument("--spm-model", metavar="FILE", help="sentencepiece model to decode hypothesis pieces")
     parser.add_argument("--data-bin", metavar="DIR",
-                        help="a fairseq-syntax data-bin: references, sources and sentencepiece model of --gen-subset")
+                        help="a fairseq-syntax data-bin: references, sources and sentencepiece model (or word-level "
+                             "tokens) of --gen-subset")
     parser.add_argument("--gen-subset", default="test", help="the data-bin split that was translated (test)")
     parser.add_argument("--baseline", metavar="NAME", help="system the paired bootstrap test compares against")
     parser.add_argument("--out-dir", metavar="DIR", help="write results.json, results.md and the plots here")
@@ -144,11 +145,13 @@ def run_score(args) -> Dict[str, object]:
     reference_paths = [Path(p) for p in args.references or []]
     sources_path = Path(args.sources) if args.sources else None
     spm_model = Path(args.spm_model) if args.spm_model else None
+    words = False  # a word-level data-bin's tokens (decoded without a model, unless --spm-model says otherwise)
     if args.data_bin:
         files = data_bin_files(Path(args.data_bin), args.gen_subset)
         reference_paths = reference_paths or [files["references"]]
         sources_path = sources_path or files["sources"]
         spm_model = spm_model or files["spm_model"]
+        words = files["words"]
     if not reference_paths:
         raise EvaluationError("give --references FILE (or --data-bin DIR)")
     references = [read_text_lines(p, "references") for p in reference_paths]
@@ -157,7 +160,7 @@ def run_score(args) -> Dict[str, object]:
             raise EvaluationError(f"{path} has {len(stream)} lines but {reference_paths[0]} has {len(references[0])}")
     expected = len(references[0])
     attention = load_attention(Path(args.attention), args.attention_head) if args.attention else None
-    decoder = PieceDecoder(spm_model)
+    decoder = PieceDecoder(spm_model, words=words)
     outputs: Dict[str, SystemOutput] = {}
     for spec in args.system:
         name, path = parse_system_spec(spec)

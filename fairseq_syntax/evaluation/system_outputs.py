@@ -1,5 +1,6 @@
 """Reading what `fairseq-syntax-evaluate` scores: system files (fairseq-generate output or plain hypotheses,
-sentencepiece pieces decoded), references, linemaps and the files of a fairseq-syntax data-bin split.
+sentencepiece pieces or word-level tokens decoded), references, linemaps and the files of a fairseq-syntax data-bin
+split.
 
 A system file is either `fairseq-generate` output (lines `H-<id>\\t<score>\\t<pieces>`, ids in any order, the
 first H line of an id is taken) or a plain file of one hypothesis per line.
@@ -66,12 +67,16 @@ def parse_generate_output(lines: Sequence[str], path: Path) -> Tuple[Dict[int, s
 
 class PieceDecoder:
     """Turns sentencepiece pieces back into text with the data-bin's model (None: text is kept as it is, and
-    pieces are an error)."""
+    pieces are an error). `words`: the tokens are those of a word-level data-bin (fairseq_syntax/data/word_codec.py,
+    "▁word" and attached words), decoded without a model."""
 
-    def __init__(self, spm_model: Optional[Path]):
+    def __init__(self, spm_model: Optional[Path], words: bool = False):
         self.spm_model = spm_model
         self.encoder = None
-        if spm_model is not None:
+        if words and spm_model is None:
+            from fairseq_syntax.data.word_codec import WordCodec
+            self.encoder = WordCodec()
+        elif spm_model is not None:
             if not Path(spm_model).is_file():
                 raise EvaluationError(f"sentencepiece model not found: {spm_model}")
             from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
@@ -91,7 +96,10 @@ class PieceDecoder:
                 warnings.warn(f"{path}: no sentencepiece pieces ({PIECE_MARK}) in the file; its lines are used as "
                               f"they are")
             return list(lines)
-        return [self.encoder.decode(line.split()) for line in lines]
+        # the arc tokens of a --target-transitions system (LEFT-ARC:l, RIGHT-ARC:l) are structure, not text
+        from fairseq_syntax.data.transitions import strip_transitions
+
+        return [self.encoder.decode(strip_transitions(line.split())) for line in lines]
 
 
 class SystemOutput:
@@ -163,8 +171,14 @@ def read_linemap(path: Path) -> List[int]:
         raise EvaluationError(f"{path}: a linemap holds one line number per line") from None
 
 
-def data_bin_files(data_bin: Path, split: str) -> Dict[str, Optional[Path]]:
-    """References, sources, sentencepiece model and linemap of a fairseq-syntax data-bin split."""
+def is_word_level(info: dict) -> bool:
+    """Whether a data-bin's syntax.json (as read) records word-level tokens (--word-vocabulary)."""
+    return (info.get("segmentation") or {}).get("kind") == "words"
+
+
+def data_bin_files(data_bin: Path, split: str) -> Dict[str, object]:
+    """References, sources, sentencepiece model (None for a word-level data-bin, whose `words` is True) and
+    linemap of a fairseq-syntax data-bin split."""
     data_bin = Path(data_bin)
     info_path = data_bin / "syntax.json"
     if not info_path.is_file():
@@ -174,7 +188,7 @@ def data_bin_files(data_bin: Path, split: str) -> Dict[str, Optional[Path]]:
     spm = data_bin / info["spm_model"] if info.get("spm_model") else None
     files = {"references": data_bin / f"{split}.{tgt}.txt", "sources": data_bin / f"{split}.{src}.txt",
              "spm_model": spm if spm is not None and spm.is_file() else None,
-             "linemap": data_bin / f"{split}.linemap"}
+             "linemap": data_bin / f"{split}.linemap", "words": is_word_level(info)}
     for key in ("references", "sources"):
         if not files[key].is_file():
             raise EvaluationError(f"{files[key]} not found (is {split!r} a split of {data_bin}?)")

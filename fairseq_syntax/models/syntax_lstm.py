@@ -133,13 +133,14 @@ class SyntaxLSTMEncoder(LSTMEncoder):
         padding, and the final hidden and cell states (layers, B, directions x hidden)."""
         bsz, seqlen = src_tokens.size()
         x = self.dropout_in_module(self.embed_tokens(src_tokens)).transpose(0, 1)  # T x B x C
-        lengths = (~padding_mask).sum(dim=1)
+        # packing needs the lengths on the CPU: the one device sync of the encoder, which also tells the padding
+        lengths = (~padding_mask).sum(dim=1).cpu()
         order = None
-        if bool(padding_mask.any()):
+        if bool((lengths < seqlen).any()):
             # each row's real columns first, in order (fairseq converts left padding to right padding to pack)
             order = torch.argsort(padding_mask.to(torch.uint8), dim=1, stable=True).t().unsqueeze(-1)  # T x B x 1
             x = x.gather(0, order.expand_as(x))
-        packed = pack_padded_sequence(x, lengths.cpu(), enforce_sorted=enforce_sorted)
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=enforce_sorted)
         directions = 2 if self.bidirectional else 1
         h0 = x.new_zeros(directions * self.num_layers, bsz, self.hidden_size)
         c0 = x.new_zeros(directions * self.num_layers, bsz, self.hidden_size)

@@ -71,7 +71,8 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         syntax.update({name: features[name] for name in self.optional_syntax_features if name in features})
         # fairseq's TransformerEncoderBase.forward_scriptable, with syntax passed to every layer
         encoder_padding_mask = src_tokens.eq(self.padding_idx)
-        has_pads = encoder_padding_mask.any()
+        # read back once (fairseq's encoder keeps a tensor and reads it again before every layer: a sync each)
+        has_pads = bool(encoder_padding_mask.any())
         auxiliary_losses: Dict[str, Tensor] = {}
         if self.embedding_mechanism is not None:
             if token_embeddings is None:

@@ -50,14 +50,12 @@ def piece_arcs(parent_first: Tensor, labels: Tensor, word_ids: Tensor, num_label
     # dependency arcs: every piece whose head word is another word (the root's pieces point into the root itself,
     # its self-parent, which is no arc)
     has_head = is_piece & (word_ids.gather(1, parent_first) != word_ids)
-    rows, dependents = has_head.nonzero(as_tuple=True)
-    heads = parent_first[rows, dependents]
-    arc_labels = labels[rows, dependents]
     # arcs inside a word: its first piece -> each later piece
     inside = is_piece & (own_first != columns)
-    inner_rows, inner_dependents = inside.nonzero(as_tuple=True)
-    inner_heads = own_first[inner_rows, inner_dependents]
-    inner_labels = torch.full_like(inner_heads, subword_label(num_labels))
-    return PieceArcs(batch=torch.cat([rows, inner_rows]), head=torch.cat([heads, inner_heads]),
-                     dependent=torch.cat([dependents, inner_dependents]),
-                     label=torch.cat([arc_labels, inner_labels]))
+    # both kinds with one nonzero (E is data-dependent: one device sync per call, not two); nonzero's row-major
+    # order lists every dependency arc, then every arc inside a word, each kind by (sentence, column)
+    kinds, rows, dependents = torch.stack([has_head, inside]).nonzero(as_tuple=True)
+    is_dependency = kinds == 0
+    heads = torch.where(is_dependency, parent_first[rows, dependents], own_first[rows, dependents])
+    arc_labels = torch.where(is_dependency, labels[rows, dependents], subword_label(num_labels))
+    return PieceArcs(batch=rows, head=heads, dependent=dependents, label=arc_labels)

@@ -25,12 +25,13 @@ dropped with probability p and the kept ones are scaled by 1 / (1 - p), as March
 does; self loops are never dropped.
 
 Implementation: edge lists, batched over the whole batch with no loop over tokens or edges. One matmul gives
-W_self h, W_down h, W_up h of every node, one (in float32 at least) the gate logits; each directed edge gathers its
-source's row, adds its bias, is weighted by its gate, and `index_add_` sums it into its target. The dense form
-(padded B x T x T adjacency per direction, then bmm) computes the same: tests/test_graph_convolution.py keeps it as
-the reference and times both (`python -m tests.test_graph_convolution`). On CPU, 1 thread, B=64, C=256, forward +
-backward: about equal at T=30 (35.2 against 36.0 ms, both mostly the shared W h projection), the edge lists ahead at
-T=50 (58.9 against 63.5 ms); their cost grows with the arcs, the dense form's with T^2.
+W_self h, W_down h, W_up h of every node, one (in float32 at least, with autocast off for it) the gate logits; each
+directed edge gathers its source's row, adds its bias, is weighted by its gate, and `index_add_` sums it into its
+target. The dense form (padded B x T x T adjacency per direction, then bmm) computes the same:
+tests/test_graph_convolution.py keeps it as the reference and times both (`python -m tests.test_graph_convolution`).
+On CPU, 1 thread, B=64, C=256, forward + backward: about equal at T=30 (35.2 against 36.0 ms, both mostly the
+shared W h projection), the edge lists ahead at T=50 (58.9 against 63.5 ms); their cost grows with the arcs, the
+dense form's with T^2.
 
 Mechanisms (the two Transformer baselines of RGSE's Table 3, "in lower layers ([1-3])", so default layers 0,1,2;
 Choshen & Abend stack 2 GCN layers, `--encoder-syntax-layers 0,1`):
@@ -40,6 +41,7 @@ Choshen & Abend stack 2 GCN layers, `--encoder-syntax-layers 0,1`):
              GCN with a residual connection: y = BiGRU(x), sublayer output y + gcn(y) (the layer then applies its
              dropout, residual and layer norm as it would to self-attention's output)
 """
+import contextlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -67,6 +69,15 @@ class GraphConvolutionOptions(FairseqDataclass):
     no_gcn_labels: bool = field(default=False, metadata={
         "help": "GCN without labels (-Labels): one bias per edge direction instead of per (direction, label)"})
     no_gcn_gates: bool = field(default=False, metadata={"help": "GCN without edge gates (-Gates): every gate is 1"})
+
+
+def autocast_off(device: torch.device):
+    """A region where torch.autocast does not lower the precision of matmuls on `device` (a no-op context for
+    devices autocast does not know, such as "meta")."""
+    available = getattr(torch.amp, "is_autocast_available", None)  # torch >= 2.4
+    if available(device.type) if available is not None else device.type in ("cpu", "cuda"):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 # ---- message passing over edge lists ----------------------------------------------------------------------------
@@ -151,9 +162,11 @@ class GraphConvolution(nn.Module):
         return torch.promote_types(x.dtype, torch.float32)
 
     def gate_logits(self, x: Tensor) -> Tensor:
-        """h . w^_dir for every node and direction, (N, 3), in gate_dtype."""
+        """h . w^_dir for every node and direction, (N, 3), in gate_dtype. Autocast is off for this product: under
+        torch.autocast the matmul would run (and return) in float16 / bfloat16 whatever its inputs' dtype."""
         dtype = self.gate_dtype(x)
-        return x.reshape(-1, self.embed_dim).to(dtype) @ self.gate_weight.to(dtype).t()
+        with autocast_off(x.device):
+            return x.reshape(-1, self.embed_dim).to(dtype) @ self.gate_weight.to(dtype).t()
 
     def edge_weights(self, edges: DirectedEdges, rows: Tensor, gate_logits: Optional[Tensor],
                      num_edges: int, device, dtype: torch.dtype) -> Optional[Tensor]:

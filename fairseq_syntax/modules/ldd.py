@@ -60,16 +60,17 @@ def one_best_word_matrix(heads: Tensor, label_groups: Optional[Tensor], num_word
     dependents = torch.arange(heads.size(1), device=heads.device).expand_as(heads)
     rows = torch.arange(batch, device=heads.device)[:, None].expand_as(heads)
     labeled = label_groups is not None
-    out = torch.zeros(batch, num_words, num_words, NUM_GROUPS + 1 if labeled else 1, device=heads.device)
+    out = torch.zeros(batch, num_words, num_words, NUM_GROUPS + 1 if labeled else 1, dtype=torch.float32,
+                      device=heads.device)
     groups = label_groups if labeled else torch.zeros_like(heads)
     out[rows, dependents, parent_words(heads), groups] = 1.0
     return out[..., :NUM_GROUPS] if labeled else out  # the slice past the groups held labels outside them
 
 
-def uniform_word_matrix(word_ids: Tensor, groups: int) -> Tensor:
-    """Every word pair of a sentence gets 1 / (words x groups): (B, W, W, groups) float32."""
+def uniform_word_matrix(word_ids: Tensor, groups: int, num_words: int) -> Tensor:
+    """Every word pair of a sentence gets 1 / (words x groups): (B, W, W, groups) float32, W = num_words (at least
+    the batch's most words; the entries of words a sentence does not have are never read)."""
     words = word_ids.max(dim=1).values + 1  # (B,); word ids are -1 outside pieces
-    num_words = int(words.max())
     value = 1.0 / (words.to(torch.float32) * groups)
     return value[:, None, None, None].expand(-1, num_words, num_words, groups)
 
@@ -112,9 +113,11 @@ class LabeledDependencyDistributions(SyntaxMechanism):
         self.num_heads = num_heads
 
     def word_matrix(self, syntax) -> Tensor:
-        """(B, W, W, groups): the variant's word x word matrices (groups = 16 labeled, 1 unlabeled)."""
+        """(B, W, W, groups): the variant's word x word matrices (groups = 16 labeled, 1 unlabeled). W is the width
+        T of the batch, a bound on its number of words known without reading the word ids back from the device (a
+        sync per call); words past a sentence's own keep zeros that the expansion to pieces never reads."""
         word_ids = syntax["src_word_ids"]
-        num_words = int(word_ids.max()) + 1
+        num_words = word_ids.size(1)
         variant = self.ldd_variant
         if variant in ("ldd", "lda", "unlabeled"):
             matrix = word_distributions(syntax["src_ldd_dependents"], syntax["src_ldd_heads"],
@@ -126,7 +129,7 @@ class LabeledDependencyDistributions(SyntaxMechanism):
                                         num_words)
         if variant == "udp":
             return one_best_word_matrix(syntax["src_heads"][:, :num_words], None, num_words)
-        return uniform_word_matrix(word_ids, NUM_GROUPS if variant == "uldd" else 1)
+        return uniform_word_matrix(word_ids, NUM_GROUPS if variant == "uldd" else 1, num_words)
 
     def forward(self, x: Tensor, syntax, key_padding_mask, incremental_state=None) -> ScoreModification:
         word_ids = syntax["src_word_ids"]

@@ -66,6 +66,18 @@ class Parser:
         raise NotImplementedError
 
 
+def word_offsets(text: str, words: Iterable[str]) -> List[int]:
+    """Where each word starts in `text`, found in order (each after the previous one's end)."""
+    offsets, position = [], 0
+    for word in words:
+        found = text.find(word, position)
+        if found < 0:
+            raise ParseError(f"word {word!r} not found in the sentence")
+        offsets.append(found)
+        position = found + len(word)
+    return offsets
+
+
 def spaces_from_offsets(text: str, words: Iterable[str], starts: Iterable[int]) -> List[str]:
     """Whitespace before each word given each word's character offset in `text`; checks words really lie there."""
     spaces, end = [], 0

@@ -30,7 +30,7 @@ from typing import Iterator, List, NamedTuple, Optional, Tuple
 import conllu
 from conllu.exceptions import ParseException
 
-from .base import ParsedSentence, ParseError, spaces_from_offsets
+from .base import ParsedSentence, ParseError, spaces_from_offsets, word_offsets
 
 
 def open_text(path: str):
@@ -142,13 +142,10 @@ def tree_from_tokenlist(tokens, where: str, check_tree: bool = True) -> ParsedSe
     text = tokens.metadata.get("text") if tokens.metadata else None
     if text is not None:
         try:
-            offsets, position = [], 0
-            for form in forms:
-                found = text.find(form, position)
-                if found < 0:
-                    raise ParseError(f"{where}: word {form!r} not found in '# text'")
-                offsets.append(found)
-                position = found + len(form)
+            try:
+                offsets = word_offsets(text, forms)
+            except ParseError as error:
+                raise ParseError(f"{where}: {str(error).replace('the sentence', repr('# text'))}") from None
             spaces = spaces_from_offsets(text, forms, offsets)
         except ParseError:
             if check_tree:

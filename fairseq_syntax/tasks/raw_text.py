@@ -1,5 +1,6 @@
 """Raw sentences -> the source tokens (and, for a model that reads source syntax, the side channels) a data-bin
-would hold for them: the same normalisation, parser, label dictionary, sentencepiece model and multi-task tag as
+would hold for them: the same normalisation, parser, label dictionary, segmenter (sentencepiece model, or words
+split as preprocessing split them) and multi-task tag as
 fairseq-syntax-preprocess used (all read from the data-bin's syntax.json). Used by `fairseq-interactive` and the
 hub interface through the task (syntax_translation.py), so any model that needs the source parse translates raw
 text without new code."""
@@ -14,7 +15,8 @@ from fairseq.data import Dictionary
 
 from ..data import multitask
 from ..data.channels import MAX_WORDS, LabelDictionary, SentenceSyntax, SyntaxManifest
-from ..data.sentencepiece_codec import WordAlignedEncoder
+from ..data.segmentation import open_segmenter
+from ..data.word_codec import sentence_problem
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
 from ..data.text_normalization import normalize_line, parser_view
 from ..parsers.base import ParseError, realigned
@@ -47,10 +49,17 @@ class RawTextEncoder:
                              f"parser of a fairseq-syntax data-bin")
         self.source_dict = source_dict
         self.label_dict = label_dict
-        self.encoder = WordAlignedEncoder(os.path.join(data_dir, manifest.spm_model))
         info = multitask.load_info(data_dir)
         self.tags = [multitask.TRANSLATE_TAG] * (info is not None)
         side = manifest.sides.get(manifest.source_lang)
+        self.word_level = manifest.word_level
+        # a word-level data-bin without the parse: the words of the tokenizer its source side was split with
+        self.tokenizer = None
+        if self.word_level and not parse:
+            from ..parsers.tokenizer import side_tokenizer
+
+            self.tokenizer = side_tokenizer(manifest.source_lang, side.parser if side is not None else None)
+        self.encoder = open_segmenter(data_dir, manifest, self.tokenizer)
         self.channels = tuple(side.channels) if side is not None else ()
         self.parser = self.conllu = None
         self.label_scheme = None
@@ -87,8 +96,23 @@ class RawTextEncoder:
         if self.parse:
             trees = self._parse([r for r in results])
         usable = [i for i, r in enumerate(results) if r.error is None]
-        if self.parse:
-            encoded = self.encoder.encode_many_words([trees[i] for i in usable])
+        words = trees if self.parse else None
+        if self.tokenizer is not None:
+            words = {}
+            for i, sentence in zip(usable, self.tokenizer.tokenize([results[i].text for i in usable])):
+                if isinstance(sentence, ParseError):
+                    results[i].error = f"tokenization failed: {sentence}"
+                else:
+                    words[i] = sentence
+        if self.word_level:  # a word that cannot be a token leaves its sentence out, with the reason
+            for i in list(words):
+                problem = sentence_problem(words[i])
+                if problem is not None:
+                    results[i].error = problem
+                    del words[i]
+            usable = [i for i in usable if results[i].error is None]
+        if words is not None:
+            encoded = self.encoder.encode_many_words([words[i] for i in usable])
         else:
             encoded = [(pieces, None) for pieces in self.encoder.encode_texts([results[i].text for i in usable])]
         for i, (pieces, word_ids) in zip(usable, encoded):

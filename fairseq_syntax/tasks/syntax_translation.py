@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import sys
+from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -31,6 +32,11 @@ class SyntaxTranslationConfig(TranslationConfig):
                                         "source with this instead of the parser syntax.json records: spacy:MODEL, "
                                         "supar:PATH, or conllu:FILE (the k-th sentence of FILE is the parse of the "
                                         "k-th input line)"})
+    trees_out: Optional[str] = field(
+        default=None, metadata={"help": "a data-bin whose target has transitions (--target-transitions): write the "
+                                        "tree of every generated hypothesis (the --nbest best of each sentence) to "
+                                        "this file as CoNLL-U, ordered by sentence id (# sent_id = the id of the H- "
+                                        "lines)"})
 
 
 @register_task("syntax_translation", dataclass=SyntaxTranslationConfig)
@@ -58,6 +64,20 @@ class SyntaxTranslationTask(TranslationTask):
             for lang, side in self.manifest.sides.items():
                 if side.channels:
                     self.label_dicts[lang] = LabelDictionary.load(label_dict_path(data_dir, lang))
+        # --target-transitions data-bin: the class of every target symbol, for the validity masks of generation
+        self.transition_classes = None
+        self._trees: Dict[Tuple[int, int], str] = {}
+        self._nbest = 1
+        if self.manifest is not None and self.manifest.target_transitions and \
+                cfg.target_lang == self.manifest.target_lang:
+            from ..data.transition_channels import word_rule
+            from ..data.transitions import vocabulary_classes
+
+            self.word_rule = word_rule(self.manifest.word_level)
+            self.transition_classes = vocabulary_classes(tgt_dict.symbols, self.word_rule)
+        if cfg.trees_out and self.transition_classes is None:
+            raise ValueError(f"--trees-out: the target side of {cfg.data} has no transitions (make the data-bin "
+                             f"with fairseq-syntax-preprocess --target-parser SPEC --target-transitions)")
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
@@ -162,6 +182,10 @@ class SyntaxTranslationTask(TranslationTask):
             if side_manifest is not None and set(FEATURES[name].channels) <= set(side_manifest.channels):
                 self.net_input_features.add(name)
         self.auxiliary_losses = tuple(getattr(model, "auxiliary_loss_weights", {}))
+        if self.cfg.eval_bleu and self.cfg.eval_bleu_detok == "space" and self.cfg.eval_bleu_remove_bpe is None:
+            # --eval-bleu scores decoded text, as fairseq-generate's D- lines and the evaluator do (fairseq's own
+            # --eval-bleu-remove-bpe sentencepiece would leave byte pieces and tags undecoded)
+            self.tokenizer = self.build_bpe(Namespace(bpe=None))
         return model
 
     def build_criterion(self, cfg):
@@ -233,8 +257,49 @@ class SyntaxTranslationTask(TranslationTask):
         missing = self.source_inference_features - set(sample["net_input"])
         if missing:
             sample["net_input"].update(self._source_features(sample["net_input"]["src_tokens"], missing))
-        return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
-                                      constraints=constraints)
+        hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
+                                       constraints=constraints)
+        if self.cfg.trees_out and "id" in sample:
+            self._write_trees(sample["id"].tolist(), hypos)
+        return hypos
+
+    # ---- target-side transitions (--target-transitions data-bins) ------------------------------------------------
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                        prefix_allowed_tokens_fn=None):
+        """On a data-bin whose target has transitions, beam search (and sampling) gives invalid transitions no
+        probability at every step (constrained_generation.py)."""
+        self._nbest = max(1, int(getattr(args, "nbest", 1) or 1))
+        if self.transition_classes is None or getattr(args, "score_reference", False):
+            return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
+                                           extra_gen_cls_kwargs=extra_gen_cls_kwargs,
+                                           prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+        if seq_gen_cls is not None or getattr(args, "print_alignment", False):
+            raise ValueError("a data-bin with target transitions is decoded by the transition-masked generator; "
+                             "--print-alignment (or another generator class) is not supported with it")
+        from .constrained_generation import TransitionSequenceGenerator
+
+        kwargs = dict(extra_gen_cls_kwargs or {}, token_class=self.transition_classes)
+        return super().build_generator(models, args, seq_gen_cls=TransitionSequenceGenerator,
+                                       extra_gen_cls_kwargs=kwargs, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+
+    def _write_trees(self, ids: List[int], hypos) -> None:
+        """Adds the trees of this batch's hypotheses and rewrites --trees-out, ordered by (sentence id, rank)."""
+        from ..data.transitions import TransitionError, to_conllu
+
+        symbols = self.tgt_dict.symbols
+        for sentence_id, sentence_hypos in zip(ids, hypos):
+            for rank, hypo in enumerate(sentence_hypos[:self._nbest]):
+                tokens = [symbols[i] for i in hypo["tokens"].tolist()]
+                name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
+                try:
+                    self._trees[(sentence_id, rank)] = to_conllu(tokens, sent_id=name, word_initial=self.word_rule)
+                except TransitionError as error:  # cannot happen with the masked generator; reported, not hidden
+                    logger.warning("--trees-out: hypothesis %s is not a complete tree (%s); left out", name, error)
+        path = self.cfg.trees_out
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(self._trees[key] for key in sorted(self._trees))
+        os.replace(path + ".tmp", path)
 
     def _source_features(self, src_tokens: torch.Tensor, names) -> Dict[str, torch.Tensor]:
         rows = [row[row.ne(self.src_dict.pad())].cpu() for row in src_tokens]
@@ -244,30 +309,42 @@ class SyntaxTranslationTask(TranslationTask):
         return {name: value.to(src_tokens.device) for name, value in features.items()}
 
     def build_bpe(self, args):
-        """Without --bpe, output is decoded with the data-bin's sentencepiece model (D- lines of fairseq-generate
-        and fairseq-interactive are then text)."""
+        """Without --bpe, output is decoded with the data-bin's segmenter, its sentencepiece model or its word-level
+        codec (D- lines of fairseq-generate and fairseq-interactive are then text)."""
         if getattr(args, "bpe", None) is None and self.manifest is not None:
-            data_dir = utils.split_paths(self.cfg.data)[0]
-            return SentencePieceText(WordAlignedEncoder(os.path.join(data_dir, self.manifest.spm_model)))
+            from ..data.segmentation import open_segmenter
+
+            return SentencePieceText(open_segmenter(utils.split_paths(self.cfg.data)[0], self.manifest),
+                                     strip_transitions=bool(self.manifest.target_transitions))
         return super().build_bpe(args)
 
 
 class SentencePieceText:
-    """fairseq's bpe interface over the data-bin's sentencepiece model. Tokens that are not pieces of it (the
-    multi-task tags) are kept as they are."""
+    """fairseq's bpe interface over the data-bin's segmenter (data/segmentation.py). With sentencepiece, tokens that
+    are not pieces of it (the multi-task tags) are kept as they are; a word-level codec decodes every token. With
+    `strip_transitions` (a --target-transitions data-bin), arc tokens are left out: the text is the pieces'."""
 
-    def __init__(self, encoder: WordAlignedEncoder):
+    def __init__(self, encoder: WordAlignedEncoder, strip_transitions: bool = False):
         self.encoder = encoder
-        processor = encoder.processor
-        self.pieces = {processor.id_to_piece(i) for i in range(processor.get_piece_size())
-                       if not (processor.is_control(i) or processor.is_unknown(i))}
+        self.strip_transitions = strip_transitions
+        processor = getattr(encoder, "processor", None)
+        self.pieces = None if processor is None else {
+            processor.id_to_piece(i) for i in range(processor.get_piece_size())
+            if not (processor.is_control(i) or processor.is_unknown(i))}
 
     def encode(self, text: str) -> str:
         return " ".join(self.encoder.encode_text(text))
 
     def decode(self, text: str) -> str:
+        tokens = text.split(" ")
+        if self.strip_transitions:
+            from ..data.transitions import is_arc
+
+            tokens = [token for token in tokens if not is_arc(token)]
+        if self.pieces is None:
+            return self.encoder.decode(tokens)
         out, run = [], []
-        for token in text.split(" "):
+        for token in tokens:
             if token in self.pieces:
                 run.append(token)
                 continue

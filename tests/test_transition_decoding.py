@@ -1,0 +1,350 @@
+"""Target-side transitions (issue 12): `fairseq-syntax-preprocess --target-transitions` data-bins, the Linearized
+decoder presets, beam search that only makes valid trees, transition-free text out and trees out as CoNLL-U.
+
+The data: the first UD English-EWT train sentences as the parsed target (`--target-parser conllu`), their text as
+the "de" source (a copy task; the source is parsed from the same CoNLL-U for the PASCAL encoder). EWT has
+non-projective trees among its first sentences, so the drops are exercised on real data."""
+import gzip
+import json
+import re
+import shutil
+from argparse import Namespace
+
+import conllu
+import numpy as np
+import pytest
+import torch
+
+from fairseq.data import Dictionary, data_utils
+from fairseq_syntax.data.channels import SyntaxManifest
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
+from fairseq_syntax.data.syntax_channels import SyntaxChannels
+from fairseq_syntax.data.transition_channels import EDGE_LABELS_CHANNEL, EDGES_CHANNEL, TRANSITION_CHANNELS
+from fairseq_syntax.data.transitions import (
+    arc_tokens, crossing_arcs, is_arc, is_projective, is_valid_sequence, oracle, parse_transitions, strip_transitions,
+    token_class, transition_edges,
+)
+from fairseq_syntax.parsers.conllu_reader import read_conllu
+
+from .helpers import USER_DIR, hypotheses, run_cli
+
+TRAIN, VALID = 150, 30
+
+
+def write_ewt_sample(data_root, out):
+    """RAW/{train,valid}.{en,de}.conllu (the same trees on both sides) and RAW/{split}.de (their text)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with gzip.open(data_root / "ud" / "UD_English-EWT" / "en_ewt-ud-train.conllu.gz", "rt", encoding="utf-8") as f:
+        blocks = []
+        for block in f.read().split("\n\n"):
+            if block.strip():
+                blocks.append(block.strip("\n"))
+            if len(blocks) == TRAIN + VALID:
+                break
+    for split, chosen in (("train", blocks[:TRAIN]), ("valid", blocks[TRAIN:])):
+        text = "\n\n".join(chosen) + "\n\n"
+        for lang in ("en", "de"):
+            (out / f"{split}.{lang}.conllu").write_text(text, encoding="utf-8")
+        lines = [next(line[len("# text = "):] for line in block.splitlines() if line.startswith("# text = "))
+                 for block in chosen]
+        (out / f"{split}.de").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return out
+
+
+def preprocess(raw, destdir, *options):
+    from fairseq_syntax_preprocess.cli import run
+
+    return run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                "--target-parser", "conllu", "--target-transitions", "--spm-vocab-size", "600",
+                "--destdir", str(destdir), *options])
+
+
+@pytest.fixture(scope="module")
+def transition_bin(data_root, tmp_path_factory):
+    work = tmp_path_factory.mktemp("transitions")
+    raw = write_ewt_sample(data_root, work / "raw")
+    destdir = work / "data-bin"
+    summary = preprocess(raw, destdir, "--source-parser", "conllu")
+    return raw, destdir, summary
+
+
+def target_tokens(destdir, split):
+    dictionary = Dictionary.load(str(destdir / "dict.en.txt"))
+    dataset = data_utils.load_indexed_dataset(str(destdir / f"{split}.de-en.en"), dictionary)
+    return dictionary, [[dictionary[i] for i in dataset[k].tolist()] for k in range(len(dataset))]
+
+
+def test_target_stream_is_the_oracle_and_non_projective_trees_are_dropped(transition_bin):
+    raw, destdir, summary = transition_bin
+    encoder = WordAlignedEncoder(str(destdir / "spm.model"))
+    for split, count in (("train", TRAIN), ("valid", VALID)):
+        trees = [tree for _, tree in read_conllu(str(raw / f"{split}.en.conllu"))]
+        assert len(trees) == count
+        linemap = [int(line) for line in (destdir / f"{split}.linemap").read_text().split()]
+        drops = (destdir / f"{split}.drops.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        dropped = {int(line.split("\t")[0]): line.split("\t")[2] for line in drops}
+        non_projective = {n for n, tree in enumerate(trees, start=1) if crossing_arcs(tree.heads) is not None}
+        assert non_projective, "the sample should hold non-projective trees"
+        assert {n for n, reason in dropped.items() if reason.startswith("non-projective target tree")} == \
+            non_projective
+        assert set(linemap) == set(range(1, count + 1)) - set(dropped)
+        assert summary["target_transitions"]["non_projective"][split] == len(non_projective)
+        # sequences whose parser words the U+2581 rule of decoding reads otherwise (attached punctuation): counted
+        assert 0 <= summary["target_transitions"]["decoding_rule_mismatch"][split] <= len(linemap)
+        dictionary, sentences = target_tokens(destdir, split)
+        assert len(sentences) == len(linemap)
+        channels = SyntaxChannels(str(destdir), split, "de", "en", "en",
+                                  np.array([len(s) for s in sentences]), num_labels=len(
+                                      (destdir / "dict.en.labels.txt").read_text().splitlines()) + 1)
+        labels = ["<pad>"] + (destdir / "dict.en.labels.txt").read_text(encoding="utf-8").splitlines()
+        for k, (line, tokens) in enumerate(zip(linemap, sentences)):
+            tree = trees[line - 1]
+            [(pieces, word_ids)] = encoder.encode_many_words([tree], num_threads=1)
+            expected = oracle(tree.heads, tree.labels, pieces, word_ids)
+            assert tokens == expected.tokens + ["</s>"]
+            # the side channels are the graph of every prefix: the edges of the sequence with their steps
+            edges = transition_edges(expected.tokens, expected.word_ids)
+            rows = getattr(channels[k], EDGES_CHANNEL).reshape(-1, 4)
+            assert rows[:, 0].tolist() == edges.source.tolist() and rows[:, 1].tolist() == edges.target.tolist()
+            assert rows[:, 2].tolist() == edges.step.tolist() and rows[:, 3].tolist() == edges.kind.tolist()
+            assert [labels[i] for i in getattr(channels[k], EDGE_LABELS_CHANNEL)] == edges.label.tolist()
+        assert (destdir / f"{split}.en.txt").read_text(encoding="utf-8").splitlines() == \
+            [trees[line - 1].text for line in linemap]  # the plain references
+
+
+def test_dictionary_and_manifest_list_the_arc_tokens(transition_bin, tmp_path):
+    raw, destdir, _ = transition_bin
+    labels = (destdir / "dict.en.labels.txt").read_text(encoding="utf-8").splitlines()
+    arcs = arc_tokens(labels)
+    assert len(arcs) == 2 * len([label for label in labels if label != "root"])
+    manifest = SyntaxManifest.load(str(destdir))
+    assert manifest.target_transitions == arcs
+    assert list(manifest.sides["en"].channels) == list(TRANSITION_CHANNELS)
+    target = Dictionary.load(str(destdir / "dict.en.txt"))
+    assert all(target.index(arc) != target.unk() for arc in arcs)
+    # one joint dictionary (--share-all-embeddings works)
+    assert (destdir / "dict.de.txt").read_text() == (destdir / "dict.en.txt").read_text()
+    # a syntax.json written before the field existed still loads, with no transitions
+    old = tmp_path / "old"
+    old.mkdir()
+    raw_manifest = json.loads((destdir / "syntax.json").read_text())
+    del raw_manifest["target_transitions"]
+    (old / "syntax.json").write_text(json.dumps(raw_manifest))
+    assert SyntaxManifest.load(str(old)).target_transitions == []
+
+
+def test_nonsense_combinations_are_refused(transition_bin, tmp_path):
+    from fairseq_syntax_preprocess.cli import run
+
+    raw, _, _ = transition_bin
+    base = ["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--destdir", str(tmp_path / "x"),
+            "--target-transitions"]
+    with pytest.raises(SystemExit, match="needs --target-parser"):
+        run(base)
+    with pytest.raises(SystemExit, match="--multitask-parse"):
+        run(base + ["--target-parser", "conllu", "--source-parser", "conllu", "--multitask-parse"])
+
+
+# ---- generation with a randomly initialised model (in-process) -----------------------------------------------
+
+def build(destdir, *generation):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_generation_parser()
+    options.add_model_args(parser)  # --arch: the model is built here, randomly initialised
+    args = options.parse_args_and_arch(parser, [str(destdir), "--user-dir", str(USER_DIR), "--task",
+                                                "syntax_translation", "-s", "de", "-t", "en", "--arch",
+                                                "transformer_linearized_tiny", "--cpu", *generation])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(1)
+    model = task.build_model(cfg.model).eval()
+    task.load_dataset("valid")
+    return task, model, cfg
+
+
+def batches(task, size=6):
+    dataset = task.dataset("valid")
+    return task.get_batch_iterator(dataset, max_sentences=size, seed=1).next_epoch_itr(shuffle=False)
+
+
+@pytest.mark.parametrize("length", [["--max-len-a", "1.2", "--max-len-b", "10"], ["--max-len-a", "0", "--max-len-b",
+                                                                                  "4"]])
+def test_random_model_only_makes_valid_projective_trees(transition_bin, tmp_path, length):
+    """A randomly initialised Linearized model: every hypothesis of the beam (nbest = beam) is a complete, valid
+    transition sequence, also when the length limit is tight (the budget forces arcs, it never traps), and its
+    tree, written as CoNLL-U, reads back as a projective tree; its text is its pieces decoded."""
+    _, destdir, _ = transition_bin
+    trees_out = tmp_path / "trees.conllu"
+    task, model, cfg = build(destdir, "--beam", "4", "--nbest", "4", "--trees-out", str(trees_out), *length)
+    generator = task.build_generator([model], cfg.generation)
+    bpe = task.build_bpe(Namespace(bpe=None))
+    encoder = WordAlignedEncoder(str(destdir / "spm.model"))
+    symbols = task.target_dictionary.symbols
+    count = arcs = 0
+    ids = []
+    for sample in batches(task):
+        for sentence_id, sentence_hypos in zip(sample["id"].tolist(), task.inference_step(generator, [model],
+                                                                                           sample)):
+            ids.append(sentence_id)
+            assert len(sentence_hypos) == 4
+            for hypo in sentence_hypos:
+                tokens = [symbols[i] for i in hypo["tokens"].tolist()]
+                assert tokens[-1] == "</s>" and is_valid_sequence(tokens[:-1]), tokens
+                assert np.isfinite(hypo["score"].item())
+                arcs += sum(is_arc(t) for t in tokens)
+                text = bpe.decode(task.target_dictionary.string(hypo["tokens"]))
+                assert text == encoder.decode(strip_transitions(tokens))
+                assert not any(is_arc(word) for word in text.split())
+                count += 1
+    assert count == 4 * len(task.dataset("valid")) and arcs > 0
+    sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
+    assert len(sentences) == count
+    expected = [str(i) if rank == 0 else f"{i}.{rank}" for i in sorted(ids) for rank in range(4)]
+    assert [s.metadata["sent_id"] for s in sentences] == expected
+    for sentence in sentences:
+        assert is_projective([token["head"] for token in sentence])
+
+
+def test_mask_is_applied_to_every_beam_at_every_step(transition_bin):
+    """Brute force: at every step, for every row of the beam, the tokens left finite are exactly those the Python
+    validity function (with the remaining length budget) allows after that row's prefix."""
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, "--beam", "3", "--max-len-a", "0", "--max-len-b", "7")
+    generator = task.build_generator([model], cfg.generation)
+    ensemble = generator.model
+    records = []
+    original = ensemble.forward_decoder
+
+    def recording(tokens, *args, **kwargs):
+        lprobs, attn = original(tokens, *args, **kwargs)
+        records.append((tokens.clone(), lprobs.clone(), ensemble.max_len))
+        return lprobs, attn
+
+    ensemble.forward_decoder = recording
+    sample = next(iter(batches(task, size=3)))
+    task.inference_step(generator, [model], sample)
+    symbols = task.target_dictionary.symbols
+    classes = [token_class(symbol) for symbol in symbols]
+    steps = set()
+    for tokens, lprobs, max_len in records:
+        step = tokens.size(1) - 1
+        steps.add(step)
+        for row in range(tokens.size(0)):
+            prefix = [symbols[i] for i in tokens[row, 1:].tolist()]
+            allowed = parse_transitions(prefix).allowed(max_len - step + 1)
+            finite = torch.isfinite(lprobs[row]).tolist()
+            assert finite == [c in allowed for c in classes], (step, row, prefix)
+    assert steps == set(range(8))  # max_len 7: steps 0..7, the last one EOS only
+
+
+# ---- the real entry points: tiny train + fairseq-generate ----------------------------------------------------
+
+@pytest.mark.parametrize("arch", [["--arch", "transformer_linearized_tiny"],
+                                  ["--arch", "transformer_linearized_tiny", "--encoder-syntax", "pascal"]],
+                         ids=["linearized", "pascal+linearized"])
+def test_train_and_generate_through_the_cli(transition_bin, tmp_path, arch):
+    raw, destdir, _ = transition_bin
+    result = run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de",
+                     "-t", "en", *arch, "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "1500",
+                     "--max-update", "3", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                     "--share-all-embeddings", "--save-dir", tmp_path / "ckpt", "--cpu", "--no-progress-bar",
+                     "--log-interval", "1", "--seed", "3", "--num-workers", "0")
+    losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", result.stdout + result.stderr)]
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    if "pascal" in arch:
+        assert "encoder_syntax='pascal'" in result.stdout + result.stderr
+    trees_out = tmp_path / "trees.conllu"
+    generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation",
+                        "-s", "de", "-t", "en", "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset",
+                        "valid", "--beam", "3", "--batch-size", "8", "--max-len-a", "1", "--max-len-b", "5", "--cpu",
+                        "--num-workers", "0", "--trees-out", trees_out)
+    pieces, texts = hypotheses(generated.stdout, "H"), hypotheses(generated.stdout, "D")
+    assert len(pieces) == len(texts) == len(task_lines(destdir))
+    encoder = WordAlignedEncoder(str(destdir / "spm.model"))
+    for sentence_id, (_, line) in pieces.items():
+        tokens = line.split(" ")
+        assert is_valid_sequence(tokens)
+        assert texts[sentence_id][1] == encoder.decode(strip_transitions(tokens))
+        assert not any(is_arc(word) for word in texts[sentence_id][1].split())
+    sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
+    assert [s.metadata["sent_id"] for s in sentences] == [str(i) for i in sorted(pieces)]
+    assert all(is_projective([token["head"] for token in s]) for s in sentences)
+    # the evaluator reads the H lines: arc tokens are left out of the text it scores
+    from pathlib import Path
+
+    from fairseq_syntax.evaluation.system_outputs import PieceDecoder
+
+    decoded = PieceDecoder(destdir / "spm.model").decode_all([line for _, line in pieces.values()], Path("gen"))
+    assert decoded == [text for _, text in texts.values()]
+
+
+def task_lines(destdir):
+    return (destdir / "valid.en.txt").read_text(encoding="utf-8").splitlines()
+
+
+def test_trees_out_needs_a_transition_data_bin(transition_bin, tmp_path):
+    raw, destdir, _ = transition_bin
+    plain = tmp_path / "plain"
+    shutil.copytree(destdir, plain)
+    manifest = json.loads((plain / "syntax.json").read_text())
+    manifest["target_transitions"] = []
+    (plain / "syntax.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="--trees-out"):
+        build(plain, "--trees-out", str(tmp_path / "t.conllu"))
+
+
+def test_word_vocabulary_transitions(transition_bin, tmp_path):
+    """--word-vocabulary: every arc token is in the target dictionary (however rare), every token is a word at
+    decoding (so decoding reads exactly the parser's words), and a random model's hypotheses are complete trees."""
+    raw, _, _ = transition_bin
+    destdir = tmp_path / "word-bin"
+    from fairseq_syntax_preprocess.cli import run
+
+    summary = run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                   "--target-parser", "conllu", "--target-transitions", "--word-vocabulary", "--destdir",
+                   str(destdir)])
+    assert summary["target_transitions"]["decoding_rule_mismatch"] == {"train": 0, "valid": 0}
+    labels = (destdir / "dict.en.labels.txt").read_text(encoding="utf-8").splitlines()
+    target = Dictionary.load(str(destdir / "dict.en.txt"))
+    assert all(target.index(arc) != target.unk() for arc in arc_tokens(labels))
+    assert "ARC:" not in (destdir / "dict.de.txt").read_text(encoding="utf-8")
+    trees_out = tmp_path / "trees.conllu"
+    task, model, cfg = build(destdir, "--beam", "3", "--max-len-a", "0", "--max-len-b", "6", "--trees-out",
+                             str(trees_out))
+    generator = task.build_generator([model], cfg.generation)
+    symbols = task.target_dictionary.symbols
+    from fairseq_syntax.data.transitions import every_piece_is_a_word
+
+    count = 0
+    for sample in batches(task):
+        for sentence_hypos in task.inference_step(generator, [model], sample):
+            tokens = [symbols[i] for i in sentence_hypos[0]["tokens"].tolist()]
+            assert is_valid_sequence(tokens[:-1], word_initial=every_piece_is_a_word)
+            count += 1
+    sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
+    assert len(sentences) == count
+    assert all(is_projective([token["head"] for token in s]) for s in sentences)
+
+
+def test_linearized_presets():
+    """The Linearized presets are the syntax_transformer without a decoder mechanism, at the shared sizes; the
+    PASCAL + Linearized presets have PASCAL's encoder."""
+    import fairseq_syntax.models  # noqa: F401  (registers the presets)
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from fairseq_syntax.models.sizes import MULTI30K, TINY
+
+    for name, sizes, encoder in (("transformer_linearized", None, "none"),
+                                 ("transformer_linearized_multi30k", MULTI30K, "none"),
+                                 ("transformer_linearized_tiny", TINY, "none"),
+                                 ("transformer_pascal_linearized_multi30k", MULTI30K, "pascal"),
+                                 ("transformer_pascal_linearized_tiny", TINY, "pascal")):
+        assert ARCH_MODEL_REGISTRY[name].__name__ == "SyntaxTransformerModel"
+        args = Namespace()
+        ARCH_CONFIG_REGISTRY[name](args)
+        assert (args.encoder_syntax, args.decoder_syntax) == (encoder, "none")
+        expected = sizes or dict(layers=6, embed_dim=512, heads=8)
+        assert (args.decoder_layers, args.decoder_embed_dim, args.decoder_attention_heads) == \
+            (expected["layers"], expected["embed_dim"], expected["heads"])

@@ -1,0 +1,740 @@
+"""The transition system of Choshen & Abend's target-syntax decoder (fairseq_syntax/data/transitions.py).
+
+Expected values never come from the module under test: hand-written examples follow the paper's §3 table, and the
+property tests compare against small independent references written here (a brute-force projectivity check, a
+stack-counting simulator of the validity rules, a brute-force search for the length budget, the edges rebuilt from
+the tree itself).
+"""
+import gzip
+import random
+import string
+import time
+from collections import deque
+from pathlib import Path
+
+import conllu
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairseq_syntax.data import transitions as tr
+from fairseq_syntax.data.transitions import (
+    EOS,
+    LEFT_ARC,
+    OTHER,
+    RIGHT_ARC,
+    WORD_CONTINUE,
+    WORD_START,
+    BatchTransitionState,
+    InvalidTransitionError,
+    InvalidTreeError,
+    NonProjectiveError,
+    TransitionState,
+)
+
+M = "\u2581"
+ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS)
+
+
+# ---- independent references --------------------------------------------------------------------------------
+
+def reference_projective(heads):
+    """Brute force: every word strictly between a head and its dependent descends from that head."""
+    n = len(heads)
+    ancestors = []
+    for word in range(1, n + 1):
+        seen, w = set(), word
+        while w != 0:
+            w = heads[w - 1]
+            seen.add(w)
+        ancestors.append(seen)
+    for dependent, head in enumerate(heads, start=1):
+        if head == 0:
+            continue
+        for k in range(min(head, dependent) + 1, max(head, dependent)):
+            if head not in ancestors[k - 1]:
+                return False
+    return True
+
+
+def reference_allowed(classes, remaining=None):
+    """The validity rules of the paper + the module doc, by counting: a stack of words, whether the latest token
+    was a piece; with a budget, by brute-force search over abstract states (stack size, open)."""
+    stack, is_open, finished = 0, False, False
+    for c in classes:
+        assert not finished
+        if c == WORD_START:
+            stack, is_open = stack + 1, True
+        elif c == WORD_CONTINUE:
+            assert is_open
+        elif c in (LEFT_ARC, RIGHT_ARC):
+            assert stack >= 2
+            stack, is_open = stack - 1, False
+        elif c == EOS:
+            assert stack == 1
+            finished = True
+    if finished:
+        return set()
+    allowed = set()
+    for move in ALL_MOVES:
+        if _abstract_step(stack, is_open, move) is None:
+            continue
+        if remaining is None or (remaining >= 1 and _can_finish(_abstract_step(stack, is_open, move), remaining - 1)):
+            allowed.add(move)
+    return allowed
+
+
+def _abstract_step(stack, is_open, move):
+    if stack == "done":
+        return None
+    if move == WORD_START:
+        return stack + 1, True
+    if move == WORD_CONTINUE:
+        return (stack, True) if is_open else None
+    if move in (LEFT_ARC, RIGHT_ARC):
+        return (stack - 1, False) if stack >= 2 else None
+    if move == EOS:
+        return ("done", False) if stack == 1 else None
+    return None
+
+
+def _can_finish(state, budget):
+    """Breadth-first search: can EOS be reached from `state` within `budget` tokens?"""
+    frontier, seen = deque([(state, budget)]), set()
+    while frontier:
+        (stack, is_open), left = frontier.popleft()
+        if stack == "done":
+            return True
+        if left <= 0 or ((stack, is_open), left) in seen:
+            continue
+        seen.add(((stack, is_open), left))
+        for move in ALL_MOVES:
+            nxt = _abstract_step(stack, is_open, move)
+            if nxt is not None:
+                frontier.append((nxt, left - 1))
+    return False
+
+
+def reference_classes(tokens, word_ids=None):
+    """Class of every token of a sequence, decided here (arcs by prefix, pieces by U+2581 or by word ids)."""
+    out, last_word = [], -1
+    for i, token in enumerate(tokens):
+        if token.startswith("LEFT-ARC:"):
+            out.append(LEFT_ARC)
+        elif token.startswith("RIGHT-ARC:"):
+            out.append(RIGHT_ARC)
+        elif word_ids is not None:
+            out.append(WORD_START if word_ids[i] > last_word else WORD_CONTINUE)
+            last_word = word_ids[i]
+        else:
+            out.append(WORD_START if token.startswith(M) else WORD_CONTINUE)
+    return out
+
+
+def reference_edges(tokens, word_of_piece, heads, labels):
+    """The §3 edges rebuilt from the tree: the arc token that attaches word d is the one at which the reference
+    simulation of the stack attaches d; edges head->dep (all piece pairs), x->dep pieces, head pieces->x."""
+    pieces_of = {}
+    for position, word in enumerate(word_of_piece):
+        if word >= 0:
+            pieces_of.setdefault(word, []).append(position)
+    stack, edges = [], set()
+    for position, token in enumerate(tokens):
+        if word_of_piece[position] >= 0:
+            if not stack or stack[-1] != word_of_piece[position]:
+                stack.append(word_of_piece[position])
+            continue
+        a, b = stack[-1], stack[-2]
+        left = token.startswith("LEFT-ARC:")
+        head, dep = (a, b) if left else (b, a)
+        assert heads[dep] == head + 1 and token.split(":", 1)[1] == labels[dep]
+        stack.remove(dep)
+        for h in pieces_of[head]:
+            edges |= {(h, d, labels[dep], position) for d in pieces_of[dep]}
+        edges |= {(position, d, labels[dep], position) for d in pieces_of[dep]}
+        edges |= {(h, position, labels[dep], position) for h in pieces_of[head]}
+    return edges
+
+
+def edge_set(edges):
+    return {(int(s), int(t), lab, int(step)) for s, t, lab, step in zip(edges.source, edges.target, edges.label,
+                                                                         edges.step)}
+
+
+def split_word(form, rng):
+    """1-3 random pieces of a word (never empty)."""
+    size = len(form)
+    if size == 1:
+        return [form]
+    k = rng.randint(1, 3 if size > 2 else 2)
+    if k == 1:
+        return [form]
+    if k == 2:
+        cut = rng.randint(1, size - 1)
+        return [form[:cut], form[cut:]]
+    first, second = sorted(rng.sample(range(1, size), 2))
+    return [form[:first], form[first:second], form[second:]]
+
+
+def make_pieces(forms, parts=None, space_before=None):
+    """Pieces and word ids: each word whole or as the given parts; its first piece gets U+2581 when the word has
+    a space before it (every word when space_before is None)."""
+    pieces, word_ids = [], []
+    for w, form in enumerate(forms):
+        word_parts = list(parts[w]) if parts is not None else [form]
+        if space_before is None or space_before[w]:
+            word_parts[0] = M + word_parts[0]
+        pieces += word_parts
+        word_ids += [w] * len(word_parts)
+    return pieces, word_ids
+
+
+# ---- hand-written examples (the paper's §3 and its example) -------------------------------------------------
+
+# "Jo@@ hn put LEFT-ARC:nsubj the coals LEFT-ARC:det RIGHT-ARC:obj out RIGHT-ARC:compound:prt" (§3), with
+# sentencepiece's word-initial mark instead of BPE's "@@"
+PAPER_HEADS = [2, 0, 4, 2, 2]
+PAPER_LABELS = ["nsubj", "root", "det", "obj", "compound:prt"]
+PAPER_PIECES = [M + "Jo", "hn", M + "put", M + "the", M + "coals", M + "out"]
+PAPER_TOKENS = [M + "Jo", "hn", M + "put", "LEFT-ARC:nsubj", M + "the", M + "coals", "LEFT-ARC:det",
+                "RIGHT-ARC:obj", M + "out", "RIGHT-ARC:compound:prt"]
+
+
+def test_paper_example_oracle_and_tree():
+    seq = tr.oracle(PAPER_HEADS, PAPER_LABELS, PAPER_PIECES)
+    assert seq.tokens == PAPER_TOKENS
+    assert seq.word_ids == [0, 0, 1, -1, 2, 3, -1, -1, 4, -1]
+    state = tr.parse_transitions(PAPER_TOKENS)
+    assert state.stack == [1] and state.complete
+    assert state.word_pieces == [[0, 1], [2], [4], [5], [8]]
+    assert tr.transitions_to_tree(PAPER_TOKENS) == (["John", "put", "the", "coals", "out"], PAPER_HEADS,
+                                                    PAPER_LABELS)
+    assert tr.sequence_text(PAPER_TOKENS) == "John put the coals out"
+
+
+def test_paper_example_graph():
+    """§3's table: LEFT-ARC:l (x) with top a, second b adds a->b, x->b, a->x; RIGHT-ARC:l adds b->a, x->a, b->x;
+    an edge from/to a word is from/to each of its pieces. Positions: 0 Jo 1 hn 2 put 3 LA:nsubj 4 the 5 coals
+    6 LA:det 7 RA:obj 8 out 9 RA:compound:prt."""
+    expected = {
+        (2, 0, "nsubj", 3), (2, 1, "nsubj", 3), (3, 0, "nsubj", 3), (3, 1, "nsubj", 3), (2, 3, "nsubj", 3),
+        (5, 4, "det", 6), (6, 4, "det", 6), (5, 6, "det", 6),
+        (2, 5, "obj", 7), (7, 5, "obj", 7), (2, 7, "obj", 7),
+        (2, 8, "compound:prt", 9), (9, 8, "compound:prt", 9), (2, 9, "compound:prt", 9),
+    }
+    edges = tr.transition_edges(PAPER_TOKENS)
+    assert edge_set(edges) == expected and len(edges) == len(expected)
+    kinds = {(int(s), int(t)): int(k) for s, t, k in zip(edges.source, edges.target, edges.kind)}
+    assert kinds[(2, 0)] == tr.EDGE_WORD and kinds[(3, 0)] == tr.EDGE_FROM_TRANSITION
+    assert kinds[(2, 3)] == tr.EDGE_TO_TRANSITION
+    # the graph of a prefix is the edges with step < its length; f of the prefix gives the same
+    assert edge_set(edges.prefix(7)) == {e for e in expected if e[3] < 7}
+    assert edge_set(tr.parse_transitions(PAPER_TOKENS[:7]).edges()) == {e for e in expected if e[3] < 7}
+    assert len(edges.prefix(3)) == 0
+    matrix = edges.step_matrix(len(PAPER_TOKENS))
+    assert matrix[2, 0] == 3 and matrix[0, 2] == -1 and (matrix >= 0).sum() == len(expected)
+    ids = tr.transition_edges(PAPER_TOKENS, label_index={"nsubj": 1, "det": 2, "obj": 3, "compound:prt": 4})
+    assert ids.label.dtype == np.int64 and sorted(set(ids.label.tolist())) == [1, 2, 3, 4]
+
+
+def test_right_arc_waits_for_the_dependents_of_its_word():
+    # "ate fish with bones": fish's RIGHT-ARC:obj must wait until bones (its nmod) is attached
+    heads, labels = [0, 1, 4, 2], ["root", "obj", "case", "nmod"]
+    pieces = [M + "ate", M + "fish", M + "with", M + "bo", "nes"]
+    expected = [M + "ate", M + "fish", M + "with", M + "bo", "nes", "LEFT-ARC:case", "RIGHT-ARC:nmod",
+                "RIGHT-ARC:obj"]
+    assert tr.oracle(heads, labels, pieces).tokens == expected
+    assert tr.transitions_to_tree(expected) == (["ate", "fish", "with", "bones"], heads, labels)
+    # "She ate fish quickly": every arc right after its word
+    assert tr.oracle([2, 0, 2, 2], ["nsubj", "root", "obj", "advmod"],
+                     [M + "She", M + "ate", M + "fish", M + "quickly"]).tokens == [
+        M + "She", M + "ate", "LEFT-ARC:nsubj", M + "fish", "RIGHT-ARC:obj", M + "quickly", "RIGHT-ARC:advmod"]
+    # one word: no arc at all (the root edge is deleted)
+    assert tr.oracle([0], ["root"], [M + "Hi", "!"]).tokens == [M + "Hi", "!"]
+
+
+def test_validity_by_hand():
+    def allowed(tokens, remaining=None):
+        return tr.allowed_next(tokens, remaining=remaining)
+
+    assert allowed([]) == {WORD_START}  # no continuation, arc or EOS before the first word
+    assert allowed([M + "Jo"]) == {WORD_START, WORD_CONTINUE, EOS}  # one word: it may end
+    assert allowed([M + "Jo", "hn", M + "put"]) == {WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    # after an arc the top word is complete: no continuation piece; one word left: EOS
+    assert allowed(PAPER_TOKENS[:4]) == {WORD_START, EOS}
+    assert allowed(PAPER_TOKENS[:7]) == {WORD_START, LEFT_ARC, RIGHT_ARC}
+    assert allowed(PAPER_TOKENS) == {WORD_START, EOS}
+    with pytest.raises(InvalidTransitionError, match="arc needs two words"):
+        tr.parse_transitions([M + "a", "LEFT-ARC:x"])
+    with pytest.raises(InvalidTransitionError, match="continuation piece must follow"):
+        tr.parse_transitions([M + "a", M + "b", "LEFT-ARC:x", "c"])
+    with pytest.raises(InvalidTransitionError, match="cannot begin"):
+        tr.parse_transitions(["a"])
+    state = tr.parse_transitions([M + "a", M + "b"])
+    with pytest.raises(InvalidTransitionError, match="EOS needs exactly one word"):
+        state.step("</s>")
+    state.step("RIGHT-ARC:x")
+    state.step("</s>")
+    assert state.finished and state.allowed() == set()
+    with pytest.raises(InvalidTransitionError, match="has ended"):
+        state.step(M + "c")
+    assert tr.transitions_to_tree(state.tokens) == (["a", "b"], [0, 1], ["root", "x"])  # a final EOS is fine
+    assert tr.sequence_text(state.tokens) == "a b"
+    assert not tr.is_valid_sequence([M + "a", M + "b"]) and tr.is_valid_sequence([M + "a", M + "b", "LEFT-ARC:x"])
+    # explicit word ids decide word boundaries whatever the pieces look like
+    state = tr.parse_transitions(["x", ",", "y"], word_ids=[0, 1, 1])
+    assert state.word_pieces == [[0], [1, 2]]
+    with pytest.raises(InvalidTransitionError):
+        tr.parse_transitions(["x", "y", "LEFT-ARC:d", "z"], word_ids=[0, 1, -1, 1])  # word 1 grows after an arc
+    with pytest.raises(InvalidTransitionError):
+        tr.parse_transitions(["x", "y"], word_ids=[0, 2])  # word ids out of order
+
+
+def test_length_budget_by_hand():
+    three = [M + "a", M + "b", M + "c"]  # three words on the stack: 2 arcs + EOS still needed
+    assert tr.allowed_next(three, remaining=3) == {LEFT_ARC, RIGHT_ARC}
+    assert tr.allowed_next(three, remaining=4) == {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert tr.allowed_next(three, remaining=5) == {WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert tr.allowed_next(three, remaining=2) == set()  # already too late
+    assert tr.allowed_next([M + "a"], remaining=1) == {EOS}
+    assert tr.allowed_next([], remaining=2) == {WORD_START}
+    assert tr.tokens_to_finish(0) == 2 and tr.tokens_to_finish(3) == 3
+
+
+def test_projectivity_by_hand():
+    assert tr.is_projective([2, 0, 4, 2, 2]) and tr.is_projective([0]) and tr.is_projective([0, 1, 2, 3])
+    # arcs 3->1 and 4->2 cross
+    assert not tr.is_projective([3, 4, 0, 3])
+    # arc 3->1 passes over the root (word 2): no arc crossing another word-word arc, still non-projective
+    assert not tr.is_projective([3, 0, 2])
+    with pytest.raises(NonProjectiveError, match="non-projective"):
+        tr.oracle([3, 4, 0, 3], ["a", "b", "root", "c"], [M + "w", M + "x", M + "y", M + "z"])
+
+
+def test_invalid_trees_raise_clear_errors():
+    pieces = [M + "a", M + "b", M + "c"]
+    for heads, message in [([0, 0, 1], "exactly one root"), ([2, 3, 1], "exactly one root"),
+                           ([0, 3, 2], "cycle"), ([0, 5, 1], "outside"), ([0, 2, 1], "own head")]:
+        with pytest.raises(InvalidTreeError, match=message):
+            tr.oracle(heads, ["x"] * 3, pieces)
+    with pytest.raises(InvalidTreeError, match="2 words but the tree has 3|cover 2 words"):
+        tr.oracle([0, 1, 1], ["x"] * 3, [M + "a", "b", M + "c"])
+    with pytest.raises(InvalidTreeError, match="first piece"):
+        tr.oracle([0], ["root"], ["a"])
+    with pytest.raises(InvalidTreeError, match="labels"):
+        tr.oracle([0, 1], ["root"], [M + "a", M + "b"])
+
+
+def test_tokens_and_vocabulary_classes():
+    assert tr.arc_tokens(["nsubj", "root", "obj", "nsubj"]) == ["LEFT-ARC:nsubj", "RIGHT-ARC:nsubj",
+                                                                 "LEFT-ARC:obj", "RIGHT-ARC:obj"]
+    assert tr.parse_arc("RIGHT-ARC:compound:prt") == (RIGHT_ARC, "compound:prt")
+    assert tr.parse_arc(M + "LEFT") is None and tr.parse_arc("LEFT-ARC:") is None
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "the", "ing", "LEFT-ARC:det", "RIGHT-ARC:obj", "madeupword0000"]
+    assert tr.vocabulary_classes(symbols).tolist() == [OTHER, OTHER, EOS, OTHER, WORD_START, WORD_CONTINUE,
+                                                       LEFT_ARC, RIGHT_ARC, OTHER]
+    assert tr.vocabulary_classes(["ing", ","], word_initial=tr.every_piece_is_a_word).tolist() == [WORD_START] * 2
+    with pytest.raises(ValueError):
+        tr.left_arc("a b")
+
+
+def test_conllu_output_by_hand():
+    text = tr.to_conllu([M + "Hello", ",", M + "wor", "ld", "LEFT-ARC:punct", "RIGHT-ARC:vocative"],
+                        word_ids=[0, 1, 2, 2, -1, -1], sent_id="s1")
+    assert text == ("# sent_id = s1\n# text = Hello, world\n"
+                    "1\tHello\t_\t_\t_\t_\t0\troot\t_\tSpaceAfter=No\n"
+                    "2\t,\t_\t_\t_\t_\t3\tpunct\t_\t_\n"
+                    "3\tworld\t_\t_\t_\t_\t1\tvocative\t_\t_\n\n")
+    [sentence] = conllu.parse(text)
+    assert [t["head"] for t in sentence] == [0, 3, 1] and sentence.metadata["text"] == "Hello, world"
+    with pytest.raises(InvalidTransitionError, match="not a complete tree"):
+        tr.to_conllu([M + "a", M + "b"])
+
+
+def test_decode_pieces_bytes_and_marks():
+    assert tr.decode_pieces([M + "a", "<0x09>", "b", M, "(", "c"]) == "a\tb (c"
+    assert tr.decode_pieces([M + "x", "<0xC3>", "<0xA4>"]) == "x\u00e4"
+    assert tr.transitions_to_tree([M + "x", "<0xC3>", "<0xA4>"]).words == ["x\u00e4"]
+
+
+# ---- the treebanks -------------------------------------------------------------------------------------------
+
+def _raw(line, i):
+    return line[i]
+
+
+def _space_after_no(misc):
+    return misc is not None and "SpaceAfter=No" in misc.split("|")
+
+
+def read_treebank(path):
+    """(forms, heads, labels, space_before) of every sentence: word tokens only (integer ids: no multiword
+    ranges, no empty nodes). FEATS, DEPS and MISC are kept as text (faster)."""
+    sentences = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for sentence in conllu.parse_incr(f, field_parsers={"feats": _raw, "deps": _raw, "misc": _raw}):
+            words = [t for t in sentence if isinstance(t["id"], int)]
+            forms = [t["form"] for t in words]
+            heads = [t["head"] for t in words]
+            labels = [t["deprel"] for t in words]
+            space_after = [not _space_after_no(t["misc"]) for t in words]
+            # a multiword token carries SpaceAfter for its words
+            last_of = {t["id"][2]: t for t in sentence if isinstance(t["id"], tuple) and t["id"][1] == "-"}
+            for i, w in enumerate(words):
+                if w["id"] in last_of and _space_after_no(last_of[w["id"]]["misc"]):
+                    space_after[i] = False
+            sentences.append((forms, heads, labels, [True] + space_after[:-1]))
+    return sentences
+
+
+# EWT train, and for German the dev and test splits of GSD (its train split is missing from shared/data) and PUD
+TREEBANKS = {
+    "en_ewt_train": ("UD_English-EWT/en_ewt-ud-train.conllu.gz",),
+    "de": ("UD_German-GSD/de_gsd-ud-dev.conllu.gz", "UD_German-GSD/de_gsd-ud-test.conllu.gz",
+           "UD_German-PUD/de_pud-ud-test.conllu.gz"),
+}
+
+
+@pytest.fixture(scope="module")
+def treebanks(data_root):
+    out = {}
+    for name, files in TREEBANKS.items():
+        paths = [Path(data_root) / "ud" / f for f in files]
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            pytest.skip(f"missing treebank files: {missing}")
+        out[name] = [s for p in paths for s in read_treebank(p)]
+    return out
+
+
+@pytest.mark.parametrize("name", list(TREEBANKS))
+def test_treebank_round_trip(treebanks, name, capsys):
+    """f(oracle(tree)) == tree for every projective tree, with words as single pieces and split into 1-3 random
+    pieces (word boundaries by U+2581), and with an explicit word map where U+2581 marks only real spaces (as
+    the project's codec writes "," after a word); non-projective trees raise and are counted."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    rng = random.Random(12)
+    sentences = treebanks[name]
+    non_projective = 0
+    for forms, heads, labels, space_before in sentences:
+        assert not any(M in f for f in forms)
+        projective = reference_projective(heads)
+        assert tr.is_projective(heads) == projective
+        if not projective:
+            non_projective += 1
+            with pytest.raises(NonProjectiveError):
+                tr.oracle(heads, labels, *make_pieces(forms))
+            continue
+        n = len(forms)
+        parts = [split_word(form, rng) for form in forms]
+        for split in (None, parts):  # single pieces, 1-3 random pieces; boundaries by the U+2581 rule
+            pieces, _ = make_pieces(forms, split)
+            seq = tr.oracle(heads, labels, pieces)
+            assert len(seq.tokens) == len(pieces) + n - 1  # every piece once, one arc per non-root word
+            assert [t for t in seq.tokens if not t.startswith(("LEFT-ARC:", "RIGHT-ARC:"))] == pieces
+            assert tr.transitions_to_tree(seq.tokens) == (forms, heads, labels)
+            assert tr.sequence_text(seq.tokens) == " ".join(forms)
+        # the same pieces with the word-initial mark only where the sentence has a space, and the explicit word map
+        pieces, word_ids = make_pieces(forms, parts, space_before)
+        seq = tr.oracle(heads, labels, pieces, word_ids)
+        assert [w for w in seq.word_ids if w >= 0] == word_ids
+        assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
+        assert tr.sequence_text(seq.tokens) == "".join((" " if s and i else "") + f
+                                                       for i, (f, s) in enumerate(zip(forms, space_before)))
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    with capsys.disabled():
+        print(f"\n{name}: {len(sentences)} trees, {non_projective} non-projective "
+              f"({100.0 * non_projective / len(sentences):.2f}%), {len(sentences) - non_projective} round-tripped "
+              f"x3 in {elapsed:.1f}s ({cpu:.1f}s CPU)")
+    assert 0 < non_projective < len(sentences) // 5
+
+
+def test_conllu_output_reads_back(treebanks):
+    """German sentences out as CoNLL-U (explicit word map with the real spaces) and back with `conllu`."""
+    rng = random.Random(3)
+    checked = 0
+    for forms, heads, labels, space_before in treebanks["de"]:
+        if not reference_projective(heads):
+            continue
+        pieces, word_ids = make_pieces(forms, [split_word(f, rng) for f in forms], space_before)
+        seq = tr.oracle(heads, labels, pieces, word_ids)
+        [sentence] = conllu.parse(tr.to_conllu(seq.tokens, seq.word_ids, sent_id=f"s{checked}"))
+        assert [t["form"] for t in sentence] == forms
+        assert [t["head"] for t in sentence] == heads and [t["deprel"] for t in sentence] == labels
+        space_after = [not (t["misc"] and t["misc"].get("SpaceAfter") == "No") for t in sentence]
+        assert space_after[:-1] == space_before[1:]
+        assert sentence.metadata["text"] == tr.sequence_text(seq.tokens) == tr.decode_pieces(pieces)
+        checked += 1
+    assert checked > 1000
+
+
+# ---- random trees (hypothesis) -------------------------------------------------------------------------------
+
+LABELS = ["nsubj", "obj", "det", "amod", "compound:prt", "case"]
+PIECE_TEXT = st.text(alphabet=string.ascii_letters + "äß,.'", min_size=1, max_size=3)
+
+
+@st.composite
+def projective_trees(draw, max_words=14):
+    """A random projective tree by recursive construction: a span's root, and each side of it cut into
+    consecutive spans, each a subtree attached to the root (every projective tree can come out)."""
+    n = draw(st.integers(1, max_words))
+    heads = [0] * n
+
+    def build(lo, hi):
+        root = draw(st.integers(lo, hi - 1))
+        for start, end in ((lo, root), (root + 1, hi)):
+            i = start
+            while i < end:
+                j = draw(st.integers(i + 1, end))
+                heads[build(i, j)] = root + 1
+                i = j
+        return root
+
+    heads[build(0, n)] = 0
+    labels = [draw(st.sampled_from(LABELS)) if h else "root" for h in heads]
+    words = [[M + draw(PIECE_TEXT)] + draw(st.lists(PIECE_TEXT, max_size=2)) for _ in range(n)]
+    return heads, labels, words
+
+
+@st.composite
+def random_trees(draw, max_words=9):
+    """Any tree (each word attaches to one placed before it in a random order): projective or not."""
+    n = draw(st.integers(1, max_words))
+    order = draw(st.permutations(range(1, n + 1)))
+    heads = {order[0]: 0}
+    for k, node in enumerate(order[1:], start=1):
+        heads[node] = order[draw(st.integers(0, k - 1))]
+    return [heads[i] for i in range(1, n + 1)]
+
+
+def flatten(words):
+    pieces = [p for w in words for p in w]
+    word_ids = [i for i, w in enumerate(words) for _ in w]
+    return pieces, word_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree=projective_trees())
+def test_random_projective_trees(tree):
+    heads, labels, words = tree
+    assert reference_projective(heads)
+    pieces, word_ids = flatten(words)
+    seq = tr.oracle(heads, labels, pieces)
+    forms = ["".join(w)[1:] for w in words]
+    assert tr.transitions_to_tree(seq.tokens) == (forms, heads, labels)
+    assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
+    assert tr.sequence_text(seq.tokens) == " ".join(forms)
+    # every prefix is accepted, EOS whenever one word is left, and f of a prefix has the full graph's edges of step < n
+    classes = reference_classes(seq.tokens)
+    full = tr.transition_edges(seq.tokens)
+    assert edge_set(full) == reference_edges(seq.tokens, seq.word_ids, heads, labels)
+    assert all(max(s, t) <= step for s, t, step in zip(full.source, full.target, full.step))
+    for n in range(len(seq.tokens) + 1):
+        state = tr.parse_transitions(seq.tokens[:n])
+        allowed = state.allowed()
+        assert allowed == reference_allowed(classes[:n])
+        if n < len(seq.tokens):
+            assert classes[n] in allowed
+        assert (EOS in allowed) == (len(state.stack) == 1)  # a complete tree over the words so far
+        assert edge_set(state.edges()) == edge_set(full.prefix(n))
+        # the prefix's words, heads, labels: the tree's, for the words attached so far
+        for word, head in enumerate(state.heads):
+            assert head == 0 or (head == heads[word] and state.labels[word] == labels[word])
+    assert EOS in tr.parse_transitions(seq.tokens).allowed()
+    # canonical order: arcs as early as possible -- no arc was possible where the oracle generated a new word
+    pending = [heads.count(w + 1) for w in range(len(heads))]
+    stack = []
+    for position, token in enumerate(seq.tokens):
+        if seq.word_ids[position] >= 0:
+            if classes[position] == WORD_START and len(stack) >= 2:
+                a, b = stack[-1], stack[-2]
+                assert not (heads[b] == a + 1 and pending[b] == 0)
+                assert not (heads[a] == b + 1 and pending[a] == 0)
+            if classes[position] == WORD_START:
+                stack.append(seq.word_ids[position])
+            continue
+        a, b = stack[-1], stack[-2]
+        dep = b if token.startswith("LEFT-ARC:") else a
+        stack.remove(dep)
+        pending[heads[dep] - 1] -= 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(heads=random_trees())
+def test_projectivity_and_oracle_errors_on_random_trees(heads):
+    projective = reference_projective(heads)
+    assert tr.is_projective(heads) == projective
+    labels = ["root" if h == 0 else "dep" for h in heads]
+    pieces = [M + f"w{i}" for i in range(len(heads))]
+    if projective:
+        assert tr.transitions_to_tree(tr.oracle(heads, labels, pieces).tokens).heads == heads
+    else:
+        with pytest.raises(NonProjectiveError) as error:
+            tr.oracle(heads, labels, pieces)
+        (h1, d1), (h2, d2) = error.value.crossing
+        a, b = sorted((h1, d1)), sorted((h2, d2))
+        assert a[0] < b[0] < a[1] < b[1] or b[0] < a[0] < b[1] < a[1]  # the reported arcs do cross
+        assert heads[d1 - 1] == h1 and heads[d2 - 1] == h2
+
+
+# ---- random sequences, invalid steps, and the batched mask ---------------------------------------------------
+
+VOCAB = ["<s>", "<pad>", "</s>", "<unk>", M + "a", M + "b", "c", "d", "LEFT-ARC:x", "RIGHT-ARC:x", "LEFT-ARC:y",
+         "RIGHT-ARC:y", "madeupword0000"]
+VOCAB_CLASS = {0: OTHER, 1: OTHER, 2: EOS, 3: OTHER, 4: WORD_START, 5: WORD_START, 6: WORD_CONTINUE,
+               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER}
+BY_CLASS = {c: [i for i, k in VOCAB_CLASS.items() if k == c] for c in (*ALL_MOVES, OTHER)}
+
+
+def test_random_sequences_and_invalid_steps():
+    """Random walks over the tokens; at every step every token of the vocabulary is tried: the state accepts it
+    exactly when the reference allows its class (and is unchanged after a refusal)."""
+    rng = random.Random(5)
+    for _ in range(300):
+        state, classes = TransitionState(), []
+        for _ in range(rng.randint(0, 30)):
+            expected = reference_allowed(classes)
+            assert state.allowed() == expected
+            for index, symbol in enumerate(VOCAB):
+                probe = tr.parse_transitions(state.tokens) if state.tokens else TransitionState()
+                try:
+                    probe.step(symbol)
+                    accepted = True
+                except InvalidTransitionError:
+                    accepted = False
+                    assert probe.tokens == state.tokens
+                assert accepted == (VOCAB_CLASS[index] in expected), (state.tokens, symbol)
+            if not expected:
+                break
+            options = [i for i in range(len(VOCAB)) if VOCAB_CLASS[i] in expected]
+            if EOS in expected and rng.random() < 0.8:  # mostly go on: longer sequences
+                options = [i for i in options if VOCAB_CLASS[i] != EOS] or options
+            index = rng.choice(options)
+            state.step(VOCAB[index])
+            classes.append(VOCAB_CLASS[index])
+
+
+def test_batched_mask_agrees_with_the_validity_function():
+    """B hypotheses stepped together: the batched mask equals, row by row, the Python validity function (with and
+    without a per-row length budget); `valid` flags random (often invalid) picks; `update` follows the picks."""
+    torch.manual_seed(0)
+    rng = random.Random(7)
+    vocab_class = tr.vocabulary_classes(VOCAB)
+    assert vocab_class.tolist() == [VOCAB_CLASS[i] for i in range(len(VOCAB))]
+    batch = 64
+    for _ in range(5):
+        limits = [rng.randint(1, 25) for _ in range(batch)]
+        states = [TransitionState() for _ in range(batch)]
+        batched = BatchTransitionState.initial(batch)
+        for t in range(26):
+            remaining = torch.tensor([limit - t for limit in limits])
+            for budget in (None, remaining):
+                mask = batched.mask(vocab_class, budget)
+                assert mask.shape == (batch, len(VOCAB))
+                for b, state in enumerate(states):
+                    allowed = state.allowed(None if budget is None else int(budget[b]))
+                    assert mask[b].tolist() == [VOCAB_CLASS[i] in allowed for i in range(len(VOCAB))], (b, t)
+            # random picks: valid() says which are allowed
+            picks = torch.randint(len(VOCAB), (batch,))
+            assert batched.valid(picks, vocab_class).tolist() == [
+                VOCAB_CLASS[int(p)] in s.allowed() for p, s in zip(picks, states)]
+            # follow a valid pick where there is one (unfinished rows), padding elsewhere
+            chosen = []
+            for state in states:
+                options = [i for i in range(len(VOCAB)) if VOCAB_CLASS[i] in state.allowed()]
+                if options and rng.random() < 0.1 and state.complete:
+                    options = BY_CLASS[EOS]
+                chosen.append(rng.choice(options) if options else 1)
+            for b, index in enumerate(chosen):
+                if VOCAB_CLASS[index] != OTHER:
+                    states[b].step(VOCAB[index])
+            batched = batched.update(torch.tensor(chosen), vocab_class)
+            assert batched.stack.tolist() == [len(s.stack) for s in states]
+            assert batched.open.tolist() == [s.open for s in states]
+            assert batched.finished.tolist() == [s.finished for s in states]
+            assert batched.num_words.tolist() == [s.num_words for s in states]
+        # reordering (beam search) keeps rows together
+        order = torch.randperm(batch)
+        moved = batched.index_select(order)
+        assert moved.stack.tolist() == [len(states[int(i)].stack) for i in order]
+
+
+def test_budget_always_lets_the_beam_finish():
+    """Hypotheses that only take budget-allowed tokens never get stuck and always end with EOS within their
+    limit (the limit counts every token, EOS included); the batched mask and the Python function agree."""
+    rng = random.Random(11)
+    vocab_class = tr.vocabulary_classes(VOCAB)
+    batch = 128
+    limits = torch.tensor([rng.randint(2, 30) for _ in range(batch)])
+    batched = BatchTransitionState.initial(batch)
+    states = [TransitionState() for _ in range(batch)]
+    for t in range(31):
+        remaining = limits - t
+        mask = batched.mask(vocab_class, remaining)
+        live = ~batched.finished
+        assert bool(mask[live].any(dim=1).all()), "a live hypothesis has no allowed token"
+        assert bool((remaining[live] >= 1).all())
+        # sample uniformly among allowed tokens (as a beam would, arbitrarily)
+        scores = torch.rand(batch, len(VOCAB)).masked_fill(~mask, -1.0)
+        picks = scores.argmax(dim=1).masked_fill(~live, 1)
+        for b, state in enumerate(states):
+            if not state.finished:
+                assert VOCAB_CLASS[int(picks[b])] in state.allowed(int(remaining[b]))
+                state.step(VOCAB[int(picks[b])])
+        batched = batched.update(picks, vocab_class)
+    assert all(s.finished for s in states) and bool(batched.finished.all())
+    for state, limit in zip(states, limits.tolist()):
+        assert len(state.tokens) <= limit and state.tokens[-1] == "</s>"
+        assert tr.is_valid_sequence(state.tokens[:-1])
+    assert batched.tokens_to_finish().tolist() == [0] * batch
+    assert BatchTransitionState(torch.tensor([0, 1, 4]), torch.tensor([False, True, False]),
+                                torch.tensor([False] * 3), torch.tensor([0, 1, 4])).tokens_to_finish().tolist() == [
+        2, 1, 4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(classes=st.lists(st.sampled_from(ALL_MOVES[:4]), max_size=20), remaining=st.integers(0, 12))
+def test_budget_matches_brute_force_search(classes, remaining):
+    """The budget rule (a formula in the module) against a breadth-first search over all continuations."""
+    stack, is_open, tokens = 0, False, []
+    spelled = {WORD_START: M + "a", WORD_CONTINUE: "c", LEFT_ARC: "LEFT-ARC:x", RIGHT_ARC: "RIGHT-ARC:x"}
+    for move in classes:  # keep the valid moves of the random list
+        nxt = _abstract_step(stack, is_open, move)
+        if nxt is None:
+            continue
+        stack, is_open = nxt
+        tokens.append(spelled[move])
+    assert tr.allowed_next(tokens, remaining=remaining) == reference_allowed(reference_classes(tokens), remaining)
+    batched = BatchTransitionState(torch.tensor([stack]), torch.tensor([is_open]), torch.tensor([False]),
+                                   torch.tensor([0]))
+    allowed = batched.allowed_classes(remaining)[0].tolist()
+    assert {c for c in ALL_MOVES if allowed[c]} == reference_allowed(reference_classes(tokens), remaining)
+
+
+# ---- the project's sentencepiece codec -----------------------------------------------------------------------
+
+def test_real_sentencepiece_pieces(tmp_path):
+    """Pieces of the project's codec (attached words without U+2581, byte pieces for tabs and no-break spaces)
+    with its explicit word map: the tree and the text come back; decode_pieces equals sentencepiece's decode."""
+    from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder, train_sentencepiece
+    from fairseq_syntax.parsers.base import ParsedSentence
+
+    sentences = ["A man is riding a bike down the street.", "Zwei Hunde spielen im Schnee.",
+                 "Children (three of them) are swimming!", "Ein Mann fährt Fahrrad; er lächelt."] * 50
+    encoder = WordAlignedEncoder(train_sentencepiece(sentences, 330, str(tmp_path / "m")))
+    cases = [
+        (["Children", "(", "three", ")", "swim", "!"], ["", " ", "", " ", "\t", ""], [5, 3, 1, 3, 0, 5]),
+        (["Zwei", "Hunde", "spielen", "im", "Schnee", "."], ["", " ", "\u00a0", " ", " ", ""],
+         [2, 3, 0, 5, 3, 3]),
+    ]
+    for words, spaces, heads in cases:
+        labels = ["root" if h == 0 else "dep" for h in heads]
+        assert reference_projective(heads)
+        pieces, word_ids = encoder.encode_words(ParsedSentence(words, spaces, heads, labels))
+        assert tr.decode_pieces(pieces) == encoder.decode(pieces) == "".join(s + w for s, w in zip(spaces, words))
+        seq = tr.oracle(heads, labels, pieces, word_ids)
+        assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (words, heads, labels)
+        assert tr.sequence_text(seq.tokens) == encoder.decode(pieces)
