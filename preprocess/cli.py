@@ -51,9 +51,11 @@ from fairseq_syntax.data.dependency_distributions import (
 from fairseq_syntax.data.label_groups import SCHEMES, format_table
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 from fairseq_syntax.data.transition_channels import (
-    TRANSITION_CHANNELS, transition_sequence, transition_syntax, word_rule, word_rule_agrees,
+    TRANSITION_CHANNELS, transition_sequence, transition_syntax, word_rule,
 )
-from fairseq_syntax.data.transitions import NonProjectiveError, arc_tokens, is_arc
+from fairseq_syntax.data.transitions import (
+    ATTACHED_MARK, InvalidTreeError, crossing_arcs, is_arc, projectivize, transition_vocabulary,
+)
 
 from fairseq_syntax.data import multitask
 from fairseq_syntax.parsers import ParseError
@@ -90,10 +92,14 @@ def get_parser():
                              "README). With --add-to, taken from the data-bin")
     parser.add_argument("--target-transitions", action="store_true",
                         help="the target tokens are the transition sequence of the --target-parser tree (pieces "
-                             "interleaved with LEFT-ARC:l / RIGHT-ARC:l; the arc tokens are added to the target "
-                             "dictionary) plus the graph of every prefix as side channels, for the Linearized "
-                             "decoder; non-projective target trees drop their pair. With --add-to, taken from the "
-                             "data-bin")
+                             "interleaved with LEFT-ARC:l / RIGHT-ARC:l, and <attached> before a word written "
+                             "without a space; these tokens are added to the target dictionary) plus the graph of "
+                             "every prefix as side channels, for the Linearized decoder; non-projective target "
+                             "trees drop their pair (see --projectivize). With --add-to, taken from the data-bin")
+    parser.add_argument("--projectivize", action="store_true",
+                        help="with --target-transitions: lift the arcs of non-projective target trees (Nivre & "
+                             "Nilsson's Lift, labels kept) instead of dropping their pairs; preprocess.json counts "
+                             "the trees and the words that got a new head")
     ldd = parser.add_argument_group("labeled dependency distributions (LDD, Liu & Sima'an; needs a SuPar source "
                                     "parser)")
     ldd.add_argument("--source-ldd", action="store_true",
@@ -256,6 +262,8 @@ def check_arguments(args) -> None:
 def check_transition_arguments(args) -> None:
     """--target-transitions linearizes the target tree: it needs one, and a multi-task data-bin has no place for it."""
     if not args.target_transitions:
+        if getattr(args, "projectivize", False):
+            raise SystemExit("--projectivize lifts target trees for --target-transitions; give that option too")
         return
     if not args.target_parser:
         raise SystemExit("--target-transitions needs --target-parser: the transitions are the target tree's")
@@ -341,9 +349,11 @@ class SplitData:
     words: Dict[str, list] = field(default_factory=dict)
     drops: List[tuple] = field(default_factory=list)  # (line, side, reason, text)
     non_projective: int = 0  # --target-transitions: pairs dropped for a non-projective target tree
-    # --target-transitions: kept sequences whose words the word-boundary rule of decoding reads differently (a
-    # parser word whose first piece has no U+2581, e.g. attached punctuation, is a continuation piece by the rule)
-    decoding_rule_mismatch: int = 0
+    projectivized: int = 0  # --projectivize: non-projective target trees lifted instead
+    lifted_words: int = 0  # --projectivize: words that got a new head
+    attached_words: int = 0  # --target-transitions: words written without a space (an <attached> mark each)
+    # --target-transitions: pairs dropped because decoding cannot read their words (a word with a space inside)
+    unreadable_words: int = 0
 
     def select(self, positions: List[int]) -> None:
         """Keep only these kept-sentence positions, in step across line numbers, texts and trees."""
@@ -532,7 +542,7 @@ class Preprocessor:
         encoded = [self.encode_split(data, encoder) for data in datas]
         arcs = []
         if args.target_transitions:  # the target tokens become the transition sequences of the target trees
-            arcs = arc_tokens(label_dicts[self.langs[1]].labels[1:])
+            arcs = transition_vocabulary(label_dicts[self.langs[1]].labels[1:])
             encoded = [self.transition_split(data, pieces, word_ids)
                        for data, (pieces, word_ids) in zip(datas, encoded)]
         info = None
@@ -601,8 +611,12 @@ class Preprocessor:
         }
         if args.target_transitions:
             summary["target_transitions"] = {
-                "arc_tokens": len(arcs), "non_projective": {d.name: d.non_projective for d in datas},
-                "decoding_rule_mismatch": {d.name: d.decoding_rule_mismatch for d in datas}}
+                "arc_tokens": sum(map(is_arc, arcs)), "non_projective": {d.name: d.non_projective for d in datas},
+                "projectivize": bool(args.projectivize),
+                "projectivized": {d.name: d.projectivized for d in datas},
+                "lifted_words": {d.name: d.lifted_words for d in datas},
+                "attached_words": {d.name: d.attached_words for d in datas},
+                "unreadable_words": {d.name: d.unreadable_words for d in datas}}
         if args.word_vocabulary:
             summary["vocabulary"] = {
                 **segmentation, "sizes": {lang: len(dictionaries[lang]) for lang in self.langs},  # with specials
@@ -726,24 +740,35 @@ class Preprocessor:
 
     def transition_split(self, data: SplitData, pieces, word_ids):
         """--target-transitions: the target's pieces become the oracle's transition sequence (and its word ids
-        NO_WORD on arcs); a pair whose target tree is not projective is dropped with that reason."""
+        NO_WORD on arcs); a pair whose target tree is not projective is dropped with that reason (or its tree lifted,
+        --projectivize), and one whose words decoding could not read (a word with a space inside) too."""
         tgt = self.langs[1]
         rule = word_rule(self.args.word_vocabulary)
         tokens, ids, keep = [], [], []
         for position, (tree, sentence, words) in enumerate(zip(data.trees[tgt], pieces[tgt], word_ids[tgt])):
-            try:
-                sequence, sequence_ids = transition_sequence(tree.heads, tree.labels, sentence, words)
-            except NonProjectiveError as error:
-                (h1, d1), (h2, d2) = error.crossing
+            heads = list(tree.heads)
+            crossing = crossing_arcs(heads)
+            if crossing is not None and self.args.projectivize:
+                heads, lifted = projectivize(heads)
+                data.projectivized += 1
+                data.lifted_words += lifted
+            elif crossing is not None:
+                (h1, d1), (h2, d2) = crossing
                 data.drops.append((data.line_numbers[position], tgt, f"non-projective target tree (arc {h1}->{d1} "
-                                   f"crosses arc {h2}->{d2})", data.texts[tgt][position]))
+                                   f"crosses arc {h2}->{d2}; see --projectivize)", data.texts[tgt][position]))
                 data.non_projective += 1
+                continue
+            try:
+                sequence, sequence_ids = transition_sequence(heads, tree.labels, sentence, words, rule)
+            except InvalidTreeError as error:
+                data.drops.append((data.line_numbers[position], tgt, f"target transitions: {error}",
+                                   data.texts[tgt][position]))
+                data.unreadable_words += 1
                 continue
             keep.append(position)
             tokens.append(sequence)
             ids.append(sequence_ids)
-            if not word_rule_agrees(sequence, sequence_ids, rule):
-                data.decoding_rule_mismatch += 1
+            data.attached_words += sequence.count(ATTACHED_MARK)
         data.select(keep)
         pieces = {lang: tokens if lang == tgt else [pieces[lang][p] for p in keep] for lang in pieces}
         word_ids = {lang: ids if lang == tgt else [word_ids[lang][p] for p in keep] for lang in word_ids}

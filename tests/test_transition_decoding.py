@@ -21,8 +21,8 @@ from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.data.syntax_channels import SyntaxChannels
 from fairseq_syntax.data.transition_channels import EDGE_LABELS_CHANNEL, EDGES_CHANNEL, TRANSITION_CHANNELS
 from fairseq_syntax.data.transitions import (
-    arc_tokens, crossing_arcs, is_arc, is_projective, is_valid_sequence, oracle, parse_transitions, strip_transitions,
-    token_class, transition_edges,
+    arc_tokens, crossing_arcs, is_arc, is_projective, is_valid_sequence, oracle, parse_transitions, projectivize,
+    strip_transitions, token_class, transition_edges, transitions_to_tree,
 )
 from fairseq_syntax.parsers.conllu_reader import read_conllu
 
@@ -89,9 +89,11 @@ def test_target_stream_is_the_oracle_and_non_projective_trees_are_dropped(transi
             non_projective
         assert set(linemap) == set(range(1, count + 1)) - set(dropped)
         assert summary["target_transitions"]["non_projective"][split] == len(non_projective)
-        # sequences whose parser words the U+2581 rule of decoding reads otherwise (attached punctuation): counted
-        assert 0 <= summary["target_transitions"]["decoding_rule_mismatch"][split] <= len(linemap)
         dictionary, sentences = target_tokens(destdir, split)
+        # every word written without a space (attached punctuation, "n't") begins with the mark
+        marks = sum(tokens.count("<attached>") for tokens in sentences)
+        assert summary["target_transitions"]["attached_words"][split] == marks > 0
+        assert summary["target_transitions"]["unreadable_words"][split] == 0
         assert len(sentences) == len(linemap)
         channels = SyntaxChannels(str(destdir), split, "de", "en", "en",
                                   np.array([len(s) for s in sentences]), num_labels=len(
@@ -100,10 +102,15 @@ def test_target_stream_is_the_oracle_and_non_projective_trees_are_dropped(transi
         for k, (line, tokens) in enumerate(zip(linemap, sentences)):
             tree = trees[line - 1]
             [(pieces, word_ids)] = encoder.encode_many_words([tree], num_threads=1)
-            expected = oracle(tree.heads, tree.labels, pieces, word_ids)
-            assert tokens == expected.tokens + ["</s>"]
+            assert tokens[-1] == "</s>"
+            sequence = tokens[:-1]
+            # the pieces in order, and the tree as decoding reads it: by the U+2581 rule alone, no word map
+            assert strip_transitions(sequence) == pieces
+            assert transitions_to_tree(sequence) == (list(tree.words), list(tree.heads), list(tree.labels))
+            # in the oracle's canonical order (arcs as early as possible)
+            assert oracle(tree.heads, tree.labels, [t for t in sequence if not is_arc(t)]).tokens == sequence
             # the side channels are the graph of every prefix: the edges of the sequence with their steps
-            edges = transition_edges(expected.tokens, expected.word_ids)
+            edges = transition_edges(sequence)
             rows = getattr(channels[k], EDGES_CHANNEL).reshape(-1, 4)
             assert rows[:, 0].tolist() == edges.source.tolist() and rows[:, 1].tolist() == edges.target.tolist()
             assert rows[:, 2].tolist() == edges.step.tolist() and rows[:, 3].tolist() == edges.kind.tolist()
@@ -118,7 +125,8 @@ def test_dictionary_and_manifest_list_the_arc_tokens(transition_bin, tmp_path):
     arcs = arc_tokens(labels)
     assert len(arcs) == 2 * len([label for label in labels if label != "root"])
     manifest = SyntaxManifest.load(str(destdir))
-    assert manifest.target_transitions == arcs
+    assert manifest.target_transitions == ["<attached>"] + arcs
+    assert Dictionary.load(str(destdir / "dict.en.txt")).index("<attached>") != 3  # not <unk>
     assert list(manifest.sides["en"].channels) == list(TRANSITION_CHANNELS)
     target = Dictionary.load(str(destdir / "dict.en.txt"))
     assert all(target.index(arc) != target.unk() for arc in arcs)
@@ -143,6 +151,30 @@ def test_nonsense_combinations_are_refused(transition_bin, tmp_path):
         run(base)
     with pytest.raises(SystemExit, match="--multitask-parse"):
         run(base + ["--target-parser", "conllu", "--source-parser", "conllu", "--multitask-parse"])
+    with pytest.raises(SystemExit, match="--projectivize lifts target trees for --target-transitions"):
+        run([arg for arg in base if arg != "--target-transitions"] + ["--projectivize", "--target-parser", "conllu"])
+
+
+def test_projectivize_keeps_every_line(transition_bin, tmp_path):
+    """--projectivize: no pair is dropped; each non-projective target tree comes out lifted (its labels kept),
+    the others as they are, and preprocess.json counts the trees and the words with a new head."""
+    raw, _, _ = transition_bin
+    destdir = tmp_path / "lifted"
+    summary = preprocess(raw, destdir, "--source-parser", "conllu", "--projectivize")["target_transitions"]
+    assert summary["projectivize"] is True
+    for split, count in (("train", TRAIN), ("valid", VALID)):
+        trees = [tree for _, tree in read_conllu(str(raw / f"{split}.en.conllu"))]
+        assert (destdir / f"{split}.linemap").read_text().split() == [str(n) for n in range(1, count + 1)]
+        non_projective = [tree for tree in trees if crossing_arcs(tree.heads) is not None]
+        assert summary["non_projective"][split] == 0 and summary["projectivized"][split] == len(non_projective) > 0
+        changed = 0
+        for tree, tokens in zip(trees, target_tokens(destdir, split)[1]):
+            read_back = transitions_to_tree(tokens[:-1])
+            lifted, lifted_words = projectivize(tree.heads)
+            assert read_back == (list(tree.words), lifted, list(tree.labels))
+            assert is_projective(read_back.heads) and (lifted_words > 0) == (crossing_arcs(tree.heads) is not None)
+            changed += lifted_words
+        assert summary["lifted_words"][split] == changed
 
 
 # ---- generation with a randomly initialised model (in-process) -----------------------------------------------
@@ -196,7 +228,7 @@ def test_random_model_only_makes_valid_projective_trees(transition_bin, tmp_path
                 arcs += sum(is_arc(t) for t in tokens)
                 text = bpe.decode(task.target_dictionary.string(hypo["tokens"]))
                 assert text == encoder.decode(strip_transitions(tokens))
-                assert not any(is_arc(word) for word in text.split())
+                assert not any(is_arc(word) for word in text.split()) and "<attached>" not in text
                 count += 1
     assert count == 4 * len(task.dataset("valid")) and arcs > 0
     sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
@@ -268,6 +300,7 @@ def test_train_and_generate_through_the_cli(transition_bin, tmp_path, arch):
         assert is_valid_sequence(tokens)
         assert texts[sentence_id][1] == encoder.decode(strip_transitions(tokens))
         assert not any(is_arc(word) for word in texts[sentence_id][1].split())
+        assert "<attached>" not in texts[sentence_id][1]
     sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
     assert [s.metadata["sent_id"] for s in sentences] == [str(i) for i in sorted(pieces)]
     assert all(is_projective([token["head"] for token in s]) for s in sentences)
@@ -305,7 +338,7 @@ def test_word_vocabulary_transitions(transition_bin, tmp_path):
     summary = run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
                    "--target-parser", "conllu", "--target-transitions", "--word-vocabulary", "--destdir",
                    str(destdir)])
-    assert summary["target_transitions"]["decoding_rule_mismatch"] == {"train": 0, "valid": 0}
+    assert summary["target_transitions"]["attached_words"] == {"train": 0, "valid": 0}  # every token is a word
     labels = (destdir / "dict.en.labels.txt").read_text(encoding="utf-8").splitlines()
     target = Dictionary.load(str(destdir / "dict.en.txt"))
     assert all(target.index(arc) != target.unk() for arc in arc_tokens(labels))

@@ -25,6 +25,7 @@ from fairseq_syntax.data.transitions import (
     LEFT_ARC,
     OTHER,
     RIGHT_ARC,
+    WORD_ATTACHED,
     WORD_CONTINUE,
     WORD_START,
     BatchTransitionState,
@@ -35,7 +36,8 @@ from fairseq_syntax.data.transitions import (
 )
 
 M = "\u2581"
-ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS)
+MARK = "<attached>"  # the attached-word mark, spelled here (not imported) so that the tests pin the format
+ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, WORD_ATTACHED)
 
 
 # ---- independent references --------------------------------------------------------------------------------
@@ -61,42 +63,41 @@ def reference_projective(heads):
 
 def reference_allowed(classes, remaining=None):
     """The validity rules of the paper + the module doc, by counting: a stack of words, whether the latest token
-    was a piece; with a budget, by brute-force search over abstract states (stack size, open)."""
-    stack, is_open, finished = 0, False, False
+    was a piece, whether it was an attached-word mark (a word cannot be empty); with a budget, by brute-force
+    search over abstract states (stack size, open, bare)."""
+    state, finished = (0, False, False), False
     for c in classes:
         assert not finished
-        if c == WORD_START:
-            stack, is_open = stack + 1, True
-        elif c == WORD_CONTINUE:
-            assert is_open
-        elif c in (LEFT_ARC, RIGHT_ARC):
-            assert stack >= 2
-            stack, is_open = stack - 1, False
-        elif c == EOS:
-            assert stack == 1
-            finished = True
+        state = _abstract_step(*state, c)
+        assert state is not None
+        finished = state[0] == "done"
     if finished:
         return set()
     allowed = set()
     for move in ALL_MOVES:
-        if _abstract_step(stack, is_open, move) is None:
+        nxt = _abstract_step(*state, move)
+        if nxt is None:
             continue
-        if remaining is None or (remaining >= 1 and _can_finish(_abstract_step(stack, is_open, move), remaining - 1)):
+        if remaining is None or (remaining >= 1 and _can_finish(nxt, remaining - 1)):
             allowed.add(move)
     return allowed
 
 
-def _abstract_step(stack, is_open, move):
+def _abstract_step(stack, is_open, bare, move):
     if stack == "done":
         return None
+    if bare:  # after a mark only a piece of its word
+        return (stack, True, False) if move == WORD_CONTINUE else None
     if move == WORD_START:
-        return stack + 1, True
+        return stack + 1, True, False
+    if move == WORD_ATTACHED:
+        return stack + 1, True, True
     if move == WORD_CONTINUE:
-        return (stack, True) if is_open else None
+        return (stack, True, False) if is_open else None
     if move in (LEFT_ARC, RIGHT_ARC):
-        return (stack - 1, False) if stack >= 2 else None
+        return (stack - 1, False, False) if stack >= 2 else None
     if move == EOS:
-        return ("done", False) if stack == 1 else None
+        return ("done", False, False) if stack == 1 else None
     return None
 
 
@@ -104,14 +105,14 @@ def _can_finish(state, budget):
     """Breadth-first search: can EOS be reached from `state` within `budget` tokens?"""
     frontier, seen = deque([(state, budget)]), set()
     while frontier:
-        (stack, is_open), left = frontier.popleft()
-        if stack == "done":
+        state, left = frontier.popleft()
+        if state[0] == "done":
             return True
-        if left <= 0 or ((stack, is_open), left) in seen:
+        if left <= 0 or (state, left) in seen:
             continue
-        seen.add(((stack, is_open), left))
+        seen.add((state, left))
         for move in ALL_MOVES:
-            nxt = _abstract_step(stack, is_open, move)
+            nxt = _abstract_step(*state, move)
             if nxt is not None:
                 frontier.append((nxt, left - 1))
     return False
@@ -125,6 +126,9 @@ def reference_classes(tokens, word_ids=None):
             out.append(LEFT_ARC)
         elif token.startswith("RIGHT-ARC:"):
             out.append(RIGHT_ARC)
+        elif token == MARK:
+            out.append(WORD_ATTACHED)
+            last_word = word_ids[i] if word_ids is not None else last_word
         elif word_ids is not None:
             out.append(WORD_START if word_ids[i] > last_word else WORD_CONTINUE)
             last_word = word_ids[i]
@@ -259,13 +263,24 @@ def test_validity_by_hand():
     def allowed(tokens, remaining=None):
         return tr.allowed_next(tokens, remaining=remaining)
 
-    assert allowed([]) == {WORD_START}  # no continuation, arc or EOS before the first word
-    assert allowed([M + "Jo"]) == {WORD_START, WORD_CONTINUE, EOS}  # one word: it may end
-    assert allowed([M + "Jo", "hn", M + "put"]) == {WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    new_word = {WORD_START, WORD_ATTACHED}
+    assert allowed([]) == new_word  # no continuation, arc or EOS before the first word
+    assert allowed([M + "Jo"]) == new_word | {WORD_CONTINUE, EOS}  # one word: it may end
+    assert allowed([M + "Jo", "hn", M + "put"]) == new_word | {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
     # after an arc the top word is complete: no continuation piece; one word left: EOS
-    assert allowed(PAPER_TOKENS[:4]) == {WORD_START, EOS}
-    assert allowed(PAPER_TOKENS[:7]) == {WORD_START, LEFT_ARC, RIGHT_ARC}
-    assert allowed(PAPER_TOKENS) == {WORD_START, EOS}
+    assert allowed(PAPER_TOKENS[:4]) == new_word | {EOS}
+    assert allowed(PAPER_TOKENS[:7]) == new_word | {LEFT_ARC, RIGHT_ARC}
+    assert allowed(PAPER_TOKENS) == new_word | {EOS}
+    # an attached-word mark begins a word that must get a piece: nothing else may follow it
+    assert allowed([M + "dogs", MARK]) == {WORD_CONTINUE}
+    assert allowed([M + "dogs", MARK, "."]) == new_word | {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    with pytest.raises(InvalidTransitionError, match="cannot be empty"):
+        tr.parse_transitions([M + "a", MARK, "RIGHT-ARC:punct"])
+    with pytest.raises(InvalidTransitionError, match="cannot be empty"):
+        tr.parse_transitions([M + "a", MARK, M + "b"])
+    assert tr.transitions_to_tree([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == (["bark", "."], [0, 1],
+                                                                                  ["root", "punct"])
+    assert tr.sequence_text([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == "bark."
     with pytest.raises(InvalidTransitionError, match="arc needs two words"):
         tr.parse_transitions([M + "a", "LEFT-ARC:x"])
     with pytest.raises(InvalidTransitionError, match="continuation piece must follow"):
@@ -300,6 +315,11 @@ def test_length_budget_by_hand():
     assert tr.allowed_next(three, remaining=2) == set()  # already too late
     assert tr.allowed_next([M + "a"], remaining=1) == {EOS}
     assert tr.allowed_next([], remaining=2) == {WORD_START}
+    # a mark needs the mark, a piece, then k + 1 tokens (2 arcs, EOS): 5 with two words on the stack
+    assert WORD_ATTACHED not in tr.allowed_next([M + "a", M + "b"], remaining=4)
+    assert WORD_ATTACHED in tr.allowed_next([M + "a", M + "b"], remaining=5)
+    assert tr.allowed_next([M + "a", MARK], remaining=3) == {WORD_CONTINUE}  # the piece, an arc, EOS
+    assert tr.allowed_next([M + "a", MARK], remaining=2) == set()
     assert tr.tokens_to_finish(0) == 2 and tr.tokens_to_finish(3) == 3
 
 
@@ -332,9 +352,11 @@ def test_tokens_and_vocabulary_classes():
                                                                  "LEFT-ARC:obj", "RIGHT-ARC:obj"]
     assert tr.parse_arc("RIGHT-ARC:compound:prt") == (RIGHT_ARC, "compound:prt")
     assert tr.parse_arc(M + "LEFT") is None and tr.parse_arc("LEFT-ARC:") is None
-    symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "the", "ing", "LEFT-ARC:det", "RIGHT-ARC:obj", "madeupword0000"]
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "the", "ing", "LEFT-ARC:det", "RIGHT-ARC:obj", "madeupword0000",
+               MARK]
     assert tr.vocabulary_classes(symbols).tolist() == [OTHER, OTHER, EOS, OTHER, WORD_START, WORD_CONTINUE,
-                                                       LEFT_ARC, RIGHT_ARC, OTHER]
+                                                       LEFT_ARC, RIGHT_ARC, OTHER, WORD_ATTACHED]
+    assert tr.transition_vocabulary(["nsubj", "root"]) == [MARK, "LEFT-ARC:nsubj", "RIGHT-ARC:nsubj"]
     assert tr.vocabulary_classes(["ing", ","], word_initial=tr.every_piece_is_a_word).tolist() == [WORD_START] * 2
     with pytest.raises(ValueError):
         tr.left_arc("a b")
@@ -441,8 +463,16 @@ def test_treebank_round_trip(treebanks, name, capsys):
         seq = tr.oracle(heads, labels, pieces, word_ids)
         assert [w for w in seq.word_ids if w >= 0] == word_ids
         assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
-        assert tr.sequence_text(seq.tokens) == "".join((" " if s and i else "") + f
-                                                       for i, (f, s) in enumerate(zip(forms, space_before)))
+        text = "".join((" " if s and i else "") + f for i, (f, s) in enumerate(zip(forms, space_before)))
+        assert tr.sequence_text(seq.tokens) == text
+        # decoding has no word map: with an attached-word mark before every word without a space, the U+2581 rule
+        # alone reads the parser's words (the form of a --target-transitions data-bin)
+        marked, marked_ids = tr.mark_attached_words(pieces, word_ids)
+        assert [piece for piece in marked if piece != MARK] == pieces
+        assert marked.count(MARK) == space_before.count(False)
+        seq = tr.oracle(heads, labels, marked)
+        assert tr.transitions_to_tree(seq.tokens) == (forms, heads, labels)
+        assert tr.sequence_text(seq.tokens) == text
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     with capsys.disabled():
         print(f"\n{name}: {len(sentences)} trees, {non_projective} non-projective "
@@ -459,8 +489,9 @@ def test_conllu_output_reads_back(treebanks):
         if not reference_projective(heads):
             continue
         pieces, word_ids = make_pieces(forms, [split_word(f, rng) for f in forms], space_before)
-        seq = tr.oracle(heads, labels, pieces, word_ids)
-        [sentence] = conllu.parse(tr.to_conllu(seq.tokens, seq.word_ids, sent_id=f"s{checked}"))
+        marked, _ = tr.mark_attached_words(pieces, word_ids)
+        seq = tr.oracle(heads, labels, marked)  # as decoding reads it: no word map
+        [sentence] = conllu.parse(tr.to_conllu(seq.tokens, sent_id=f"s{checked}"))
         assert [t["form"] for t in sentence] == forms
         assert [t["head"] for t in sentence] == heads and [t["deprel"] for t in sentence] == labels
         space_after = [not (t["misc"] and t["misc"].get("SpaceAfter") == "No") for t in sentence]
@@ -580,12 +611,61 @@ def test_projectivity_and_oracle_errors_on_random_trees(heads):
         assert heads[d1 - 1] == h1 and heads[d2 - 1] == h2
 
 
+def test_attached_words_by_hand():
+    # "Dogs bark." with "." attached: by the rule alone "." would continue "bark"
+    pieces, word_ids = [M + "Dogs", M + "bark", "."], [0, 1, 2]
+    assert tr.mark_attached_words(pieces, word_ids) == ([M + "Dogs", M + "bark", MARK, "."], [0, 1, 2, 2])
+    seq = tr.oracle([2, 0, 2], ["nsubj", "root", "punct"], *tr.mark_attached_words(pieces, word_ids))
+    assert seq.tokens == [M + "Dogs", M + "bark", "LEFT-ARC:nsubj", MARK, ".", "RIGHT-ARC:punct"]
+    assert tr.transitions_to_tree(seq.tokens) == (["Dogs", "bark", "."], [2, 0, 2], ["nsubj", "root", "punct"])
+    # a word vocabulary needs no mark; a piece inside a word that the rule reads as a new word cannot be helped
+    assert tr.mark_attached_words(["Dogs", "."], [0, 1], tr.every_piece_is_a_word) == (["Dogs", "."], [0, 1])
+    with pytest.raises(InvalidTreeError, match="space in it"):
+        tr.mark_attached_words([M + "New", M + "York"], [0, 0])
+
+
+def test_projectivize_by_hand():
+    # arcs 3->1 and 4->2 cross; 4->2 is the non-projective one (word 3 between does not descend from 4): 2 -> 3
+    assert tr.projectivize([3, 4, 0, 3]) == ([3, 3, 0, 3], 1)
+    # arc 3->1 passes over the root (word 2): 1 is lifted to 3's head
+    assert tr.projectivize([3, 0, 2]) == ([2, 0, 2], 1)
+    assert tr.projectivize([2, 0, 4, 2, 2]) == ([2, 0, 4, 2, 2], 0)
+    with pytest.raises(InvalidTreeError):
+        tr.projectivize([0, 0])
+
+
+def _ancestors(heads, word):
+    out = []
+    while word != 0:
+        word = heads[word - 1]
+        out.append(word)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(heads=random_trees(max_words=12))
+def test_projectivize_random_trees(heads):
+    """Lifting gives a projective tree (brute-force reference) in which every word's head is its old head or an
+    ancestor of it in the original tree; projective trees are unchanged; the count is the words with a new head."""
+    lifted, changed = tr.projectivize(heads)
+    assert tr.check_tree(lifted) == heads.index(0)  # the same root, still one tree
+    assert reference_projective(lifted)
+    assert changed == sum(a != b for a, b in zip(heads, lifted))
+    for word, (old, new) in enumerate(zip(heads, lifted), start=1):
+        assert new == old or new in _ancestors(heads, old)
+    if reference_projective(heads):
+        assert lifted == heads
+    labels = ["root" if h == 0 else "dep" for h in lifted]
+    pieces = [M + f"w{i}" for i in range(len(lifted))]
+    assert tr.transitions_to_tree(tr.oracle(lifted, labels, pieces).tokens).heads == lifted
+
+
 # ---- random sequences, invalid steps, and the batched mask ---------------------------------------------------
 
 VOCAB = ["<s>", "<pad>", "</s>", "<unk>", M + "a", M + "b", "c", "d", "LEFT-ARC:x", "RIGHT-ARC:x", "LEFT-ARC:y",
-         "RIGHT-ARC:y", "madeupword0000"]
+         "RIGHT-ARC:y", "madeupword0000", MARK]
 VOCAB_CLASS = {0: OTHER, 1: OTHER, 2: EOS, 3: OTHER, 4: WORD_START, 5: WORD_START, 6: WORD_CONTINUE,
-               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER}
+               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER, 13: WORD_ATTACHED}
 BY_CLASS = {c: [i for i, k in VOCAB_CLASS.items() if k == c] for c in (*ALL_MOVES, OTHER)}
 
 
@@ -656,6 +736,7 @@ def test_batched_mask_agrees_with_the_validity_function():
             assert batched.open.tolist() == [s.open for s in states]
             assert batched.finished.tolist() == [s.finished for s in states]
             assert batched.num_words.tolist() == [s.num_words for s in states]
+            assert batched.bare.tolist() == [s.bare for s in states]
         # reordering (beam search) keeps rows together
         order = torch.randperm(batch)
         moved = batched.index_select(order)
@@ -691,25 +772,28 @@ def test_budget_always_lets_the_beam_finish():
         assert tr.is_valid_sequence(state.tokens[:-1])
     assert batched.tokens_to_finish().tolist() == [0] * batch
     assert BatchTransitionState(torch.tensor([0, 1, 4]), torch.tensor([False, True, False]),
-                                torch.tensor([False] * 3), torch.tensor([0, 1, 4])).tokens_to_finish().tolist() == [
-        2, 1, 4]
+                                torch.tensor([False] * 3), torch.tensor([0, 1, 4]),
+                                torch.tensor([False] * 3)).tokens_to_finish().tolist() == [2, 1, 4]
 
 
 @settings(max_examples=200, deadline=None)
-@given(classes=st.lists(st.sampled_from(ALL_MOVES[:4]), max_size=20), remaining=st.integers(0, 12))
+@given(classes=st.lists(st.sampled_from((WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, WORD_ATTACHED)),
+                        max_size=20), remaining=st.integers(0, 12))
 def test_budget_matches_brute_force_search(classes, remaining):
     """The budget rule (a formula in the module) against a breadth-first search over all continuations."""
-    stack, is_open, tokens = 0, False, []
-    spelled = {WORD_START: M + "a", WORD_CONTINUE: "c", LEFT_ARC: "LEFT-ARC:x", RIGHT_ARC: "RIGHT-ARC:x"}
+    state, tokens = (0, False, False), []
+    spelled = {WORD_START: M + "a", WORD_CONTINUE: "c", LEFT_ARC: "LEFT-ARC:x", RIGHT_ARC: "RIGHT-ARC:x",
+               WORD_ATTACHED: MARK}
     for move in classes:  # keep the valid moves of the random list
-        nxt = _abstract_step(stack, is_open, move)
+        nxt = _abstract_step(*state, move)
         if nxt is None:
             continue
-        stack, is_open = nxt
+        state = nxt
         tokens.append(spelled[move])
     assert tr.allowed_next(tokens, remaining=remaining) == reference_allowed(reference_classes(tokens), remaining)
+    stack, is_open, bare = state
     batched = BatchTransitionState(torch.tensor([stack]), torch.tensor([is_open]), torch.tensor([False]),
-                                   torch.tensor([0]))
+                                   torch.tensor([0]), torch.tensor([bare]))
     allowed = batched.allowed_classes(remaining)[0].tolist()
     assert {c for c in ALL_MOVES if allowed[c]} == reference_allowed(reference_classes(tokens), remaining)
 
@@ -738,3 +822,6 @@ def test_real_sentencepiece_pieces(tmp_path):
         seq = tr.oracle(heads, labels, pieces, word_ids)
         assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (words, heads, labels)
         assert tr.sequence_text(seq.tokens) == encoder.decode(pieces)
+        marked = tr.oracle(heads, labels, *tr.mark_attached_words(pieces, word_ids))
+        assert tr.transitions_to_tree(marked.tokens) == (words, heads, labels)  # no word map: the rule reads them
+        assert tr.sequence_text(marked.tokens) == encoder.decode(pieces)

@@ -17,6 +17,8 @@ MULTI30K_SYSTEMS = {
     "gcn": ["--arch", "transformer_gcn_multi30k"],  # Bastings et al.'s gated GCN after self-attention (Ding & Tao)
     "birnn_gcn": ["--arch", "transformer_birnn_gcn_multi30k"],  # self-attention replaced by BiGRU + GCN
     "rgse": ["--arch", "transformer_rgse_multi30k"],  # Ding & Tao's recurrent graph syntax encoder
+    # Choshen & Abend's Linearized ablation: a stock decoder trained on the target tree's transition sequence
+    "linearized": ["--arch", "transformer_linearized_multi30k"],
 }
 
 
@@ -30,6 +32,7 @@ class OwnDataBin:
     name: str
     options: Tuple[str, ...]
     supar_source: bool = False
+    target_parser: bool = False  # parses the target side (`target_parser` of own_data_bin_command)
 
 
 # Systems whose method lives in the data. Such a data-bin carries no channels of the target side.
@@ -37,17 +40,26 @@ OWN_DATA_BINS = {
     "multitask": OwnDataBin("multitask", ("--multitask-parse",)),
     "ldd": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),
     "udp": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),  # the same parser's 1-best, as in the paper
+    # target tokens = transitions of the target parse; non-projective trees lifted, so no test line is dropped
+    "linearized": OwnDataBin("transitions", ("--target-transitions", "--projectivize"), target_parser=True),
 }
 
 
 def own_data_bin_command(system: str, shared: Path, destdir: Path, raw: Path, src: str, tgt: str, src_parser: str,
-                         splits=("train", "valid", "test"), supar_parser: Optional[str] = None) -> Optional[List]:
+                         splits=("train", "valid", "test"), supar_parser: Optional[str] = None,
+                         target_parser: Optional[str] = None) -> Optional[List]:
     """The fairseq-syntax-preprocess arguments of `system`'s own data-bin (written to `destdir`, see
     `own_data_bin_name`), or None if it trains on the shared one. A system that needs a SuPar source parser gets
-    the shared data-bin's parser when that is SuPar, else `supar_parser` (spec `supar:PATH`); ValueError without."""
+    the shared data-bin's parser when that is SuPar, else `supar_parser` (spec `supar:PATH`); ValueError without.
+    A system that parses the target side needs `target_parser` (a parser spec of the target language)."""
     own = OWN_DATA_BINS.get(system)
     if own is None:
         return None
+    target = []
+    if own.target_parser:
+        if not target_parser:
+            raise ValueError(f"system {system} needs a parser of the target language {tgt} (target_parser)")
+        target = ["--target-parser", target_parser]
     if needs_other_supar_parser(system, src_parser):
         if not supar_parser:
             raise ValueError(f"system {system} needs a SuPar source parser; the shared data-bin's is {src_parser}")
@@ -55,7 +67,7 @@ def own_data_bin_command(system: str, shared: Path, destdir: Path, raw: Path, sr
     prefixes = {"train": "--trainpref", "valid": "--validpref", "test": "--testpref"}
     return ["-s", src, "-t", tgt, *[arg for split in splits for arg in (prefixes[split], raw / split)],
             "--source-parser", src_parser, "--spm-model", shared / "spm.model", "--destdir", destdir,
-            "--workers", "2", *own.options]
+            "--workers", "2", *target, *own.options]
 
 
 def needs_other_supar_parser(system: str, src_parser: str) -> bool:

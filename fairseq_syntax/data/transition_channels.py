@@ -2,15 +2,16 @@
 carry the graph of every prefix, and the conversion of one parsed target sentence into its transition tokens.
 
 The target token stream of such a data-bin is the oracle's transition sequence (transitions.py): the sentence's
-pieces interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, then EOS. Its side channels are two edge channels, one row
+pieces, with an <attached> mark before every word written without a space, interleaved with LEFT-ARC:l /
+RIGHT-ARC:l tokens, then EOS. Its side channels are two edge channels, one row
 per edge of the sequence's graph (transitions.TransitionEdges), so the graph of the prefix tokens[:n] is the rows
 with step < n (positions are 0-based token positions of the target, EOS excluded):
   transition_edges        (source position, target position, step, edge kind), uint16
   transition_edge_labels  the edge's label id in dict.{tgt}.labels.txt
 The tree channels (word_ids, heads, labels) are not written for that side: word_ids is one row per piece, and the
 target's tokens are no longer its pieces; heads and labels are read back from the tokens by transitions.f.
-`syntax.json` lists the arc tokens under `target_transitions` (SyntaxManifest), in the order they were appended to
-the target dictionary.
+`syntax.json` lists the added tokens (transitions.transition_vocabulary: the mark, then the arc tokens) under
+`target_transitions` (SyntaxManifest), in the order they were appended to the target dictionary.
 """
 from typing import List, Sequence, Tuple
 
@@ -18,7 +19,8 @@ import numpy as np
 
 from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, register_channel
 from .transitions import (
-    EDGE_TO_TRANSITION, NO_WORD, every_piece_is_a_word, oracle, starts_with_word_mark, transition_edges,
+    EDGE_TO_TRANSITION, NO_WORD, every_piece_is_a_word, mark_attached_words, oracle, starts_with_word_mark,
+    transition_edges,
 )
 
 EDGES_CHANNEL, EDGE_LABELS_CHANNEL = "transition_edges", "transition_edge_labels"
@@ -57,10 +59,12 @@ def word_rule_agrees(tokens: Sequence[str], word_ids: Sequence[int], rule) -> bo
 
 
 def transition_sequence(heads: Sequence[int], labels: Sequence[str], pieces: Sequence[str],
-                        word_ids: Sequence[int]) -> Tuple[List[str], List[int]]:
+                        word_ids: Sequence[int], word_initial=starts_with_word_mark) -> Tuple[List[str], List[int]]:
     """The oracle's tokens and their word ids (NO_WORD on arcs) for a parsed sentence with its explicit
-    piece -> word map; raises transitions.NonProjectiveError / InvalidTreeError."""
-    sequence = oracle(list(heads), list(labels), list(pieces), [int(w) for w in word_ids])
+    piece -> word map, with the attached-word marks that let `word_initial` (word_rule) read the same words at
+    decoding; raises transitions.NonProjectiveError / InvalidTreeError."""
+    marked, marked_ids = mark_attached_words(list(pieces), [int(w) for w in word_ids], word_initial)
+    sequence = oracle(list(heads), list(labels), marked, marked_ids, word_initial)
     return sequence.tokens, sequence.word_ids
 
 

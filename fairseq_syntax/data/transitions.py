@@ -21,9 +21,18 @@ continuation piece (a word-initial piece, an arc, or EOS). Hence:
   - an arc needs two words on the stack; it completes the open word on top, if any (no piece of that word can
     follow it: no arc falls inside a word, and no word grows after an arc touched it);
   - EOS is valid only when exactly one word is left on the stack (EOS completes that word if open).
-Caveat of the "\u2581" rule: with this project's codecs, a word written without a space before it ("," after a
-word, "n't") or after other whitespace (a byte piece such as <0x09>) has no "\u2581", so read by the rule it
-continues the previous word; use explicit word ids where the parser's words must be kept (preprocessing has them).
+Attached words. A word written without a space before it ("." or "," after a word, "n't") has no "\u2581", so by
+the rule alone it would continue the previous word, and decoding, which has no word ids, would read other words
+than the parser's. Preprocessing therefore writes ATTACHED_MARK ("<attached>") as the first token of every such
+word (`mark_attached_words`, one rule for the writer and the decoder): the mark begins a word and must be followed
+by a continuation piece (class WORD_ATTACHED; an empty word is invalid), and it spells nothing, so the text and the
+word's surface form are the pieces' ("bark" "<attached>" "." -> "bark."). A word vocabulary needs no mark (every
+token is a word).
+
+Projectivisation. Arc-standard derives projective trees only. `projectivize` lifts non-projective arcs (Nivre &
+Nilsson 2005's Lift without label encoding: the dependent of the shortest non-projective arc is reattached to its
+head's head, repeated until the tree is projective); labels are kept, so the lifted tree is an approximation of the
+parse, and the count of words with a new head is reported.
 
 The oracle (static, "arcs as early as possible", the canonical order). After the last piece of each word, reduce
 while possible: LEFT-ARC when the second word's head is the top word, else RIGHT-ARC when the top word's head is the
@@ -44,8 +53,9 @@ with step < n: one edge list (`transition_edges`) serves every prefix as a mask.
 Budget. A state with k words on the stack needs at least k more tokens to finish (k - 1 arcs and EOS; 2 with no
 word yet: a piece and EOS). With `remaining` (how many more tokens the hypothesis may produce, EOS included), a move
 is allowed only if the state it leads to can still finish: a word-initial piece needs remaining >= k + 2, a
-continuation piece k + 1, an arc k, EOS 1; so when remaining == k only arcs (or EOS at k == 1) are allowed. If the
-current state can finish within `remaining`, at least one move is always allowed.
+continuation piece k + 1, an arc k, EOS 1, an attached-word mark k + 3 (the mark, at least one piece, then k + 1 to
+finish); so when remaining == k only arcs (or EOS at k == 1) are allowed. If the current state can finish within
+`remaining`, at least one move is always allowed.
 
 Pure Python (oracle, f, validity, trees) plus torch for the batched mask; no parser or model imports.
 """
@@ -58,6 +68,7 @@ import torch
 from torch import Tensor
 
 WORD_MARK = "\u2581"
+ATTACHED_MARK = "<attached>"  # begins a word written without a space before it (module doc, "Attached words")
 LEFT_ARC_PREFIX = "LEFT-ARC:"
 RIGHT_ARC_PREFIX = "RIGHT-ARC:"
 EOS_SYMBOL = "</s>"  # fairseq's end of sentence; a transition sequence itself never contains it
@@ -66,9 +77,11 @@ NO_WORD = -1  # word id of an arc token (the project's convention for columns th
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "<unk>")  # never valid as a generated token (`vocabulary_classes`)
 
 # token classes (shared by the Python validity function and the batched mask)
-WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER = range(6)
-NUM_CLASSES = 6
-CLASS_NAMES = ("word-initial piece", "continuation piece", "LEFT-ARC", "RIGHT-ARC", "EOS", "other")
+WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_ATTACHED = range(7)
+NUM_CLASSES = 7
+CLASS_NAMES = ("word-initial piece", "continuation piece", "LEFT-ARC", "RIGHT-ARC", "EOS", "other",
+               "attached-word mark")
+WORD_BEGINNINGS = (WORD_START, WORD_ATTACHED)  # the classes that push a word
 
 # edge kinds (TransitionEdges.kind)
 EDGE_WORD, EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION = range(3)
@@ -129,8 +142,14 @@ def _checked_label(label: str) -> str:
     return label
 
 
+def transition_vocabulary(labels: Sequence[str], root_label: str = ROOT_LABEL) -> List[str]:
+    """The tokens a transition data-bin adds to the target dictionary: the attached-word mark, then the arc
+    tokens (arc_tokens)."""
+    return [ATTACHED_MARK] + arc_tokens(labels, root_label)
+
+
 def arc_tokens(labels: Sequence[str], root_label: str = ROOT_LABEL) -> List[str]:
-    """The transition vocabulary: LEFT-ARC:l and RIGHT-ARC:l for every label but the root's, in the given
+    """The arc tokens: LEFT-ARC:l and RIGHT-ARC:l for every label but the root's, in the given
     order (labels repeated or equal to `root_label` are skipped)."""
     seen, tokens = set(), []
     for label in labels:
@@ -157,8 +176,9 @@ def is_arc(token: str) -> bool:
 
 
 def starts_with_word_mark(piece: str) -> bool:
-    """The default word-boundary rule: a sentencepiece piece starting with U+2581 begins a new word."""
-    return piece.startswith(WORD_MARK)
+    """The default word-boundary rule: a sentencepiece piece starting with U+2581 (or the attached-word mark)
+    begins a new word."""
+    return piece.startswith(WORD_MARK) or piece == ATTACHED_MARK
 
 
 def every_piece_is_a_word(piece: str) -> bool:
@@ -175,6 +195,8 @@ def token_class(token: str, word_initial: WordRule = starts_with_word_mark, eos:
     padding symbols (madeupword0000, ...) are OTHER: never valid."""
     if token == eos:
         return EOS
+    if token == ATTACHED_MARK:
+        return WORD_ATTACHED
     if token in specials or _FAIRSEQ_PADDING.fullmatch(token):
         return OTHER
     arc = parse_arc(token)
@@ -195,6 +217,27 @@ def _default_token_class(token: str) -> int:
             _CLASS_CACHE.clear()
         _CLASS_CACHE[token] = move
     return move
+
+
+def mark_attached_words(pieces: Sequence[str], word_ids: Sequence[int],
+                        word_initial: WordRule = starts_with_word_mark) -> Tuple[List[str], List[int]]:
+    """The pieces (and their 0-based word ids) with ATTACHED_MARK before the first piece of every word that the
+    word-boundary rule would not read as a new word, so that the rule reads exactly the given words. Raises
+    InvalidTreeError where no mark can help: a piece inside a word that the rule reads as a new word (a word with
+    a space in it)."""
+    marked, marked_ids, previous = [], [], None
+    for index, (piece, word) in enumerate(zip(pieces, word_ids)):
+        begins = word != previous
+        if begins and not word_initial(piece):
+            marked.append(ATTACHED_MARK)
+            marked_ids.append(word)
+        elif not begins and word_initial(piece):
+            raise InvalidTreeError(f"piece {index} {piece!r} is inside word {word} but begins a word by the "
+                                   "word-boundary rule (a word with a space in it)")
+        marked.append(piece)
+        marked_ids.append(word)
+        previous = word
+    return marked, marked_ids
 
 
 def word_ids_from_pieces(pieces: Sequence[str], word_initial: WordRule = starts_with_word_mark) -> List[int]:
@@ -267,6 +310,46 @@ def is_projective(heads: Sequence[int]) -> bool:
     """Whether 1-based heads (0 = root) form a projective tree (raises InvalidTreeError if not a tree)."""
     check_tree(heads)
     return crossing_arcs(heads) is None
+
+
+def _dominates(heads: Sequence[int], head: int, word: int) -> bool:
+    """Whether 1-based `head` is an ancestor of 1-based `word` (0 = the root dominates every word)."""
+    while word != 0:
+        word = heads[word - 1]
+        if word == head:
+            return True
+    return head == 0
+
+
+def _shortest_non_projective_arc(heads: Sequence[int]) -> Optional[int]:
+    """The 1-based dependent of the shortest non-projective arc (leftmost on ties), None for a projective tree. An
+    arc h -> d is non-projective when a word between h and d does not descend from h."""
+    best, best_length = None, None
+    for dependent, head in enumerate(heads, start=1):
+        if head == 0:
+            continue
+        left, right = min(head, dependent), max(head, dependent)
+        if best_length is not None and right - left >= best_length:
+            continue
+        if any(not _dominates(heads, head, word) for word in range(left + 1, right)):
+            best, best_length = dependent, right - left
+    return best
+
+
+def projectivize(heads: Sequence[int]) -> Tuple[List[int], int]:
+    """(projective heads, how many words got a new head): Lift (module doc, "Projectivisation") until no arc is
+    non-projective. Each lift moves a dependent to its head's head, so every new head is an ancestor of the old
+    one, and the root word (whose arcs are always projective) keeps its place. Raises InvalidTreeError if `heads`
+    is not a tree."""
+    check_tree(heads)
+    lifted = list(heads)
+    if crossing_arcs(lifted) is not None:
+        while True:
+            dependent = _shortest_non_projective_arc(lifted)
+            if dependent is None:
+                break
+            lifted[dependent - 1] = lifted[lifted[dependent - 1] - 1]
+    return lifted, sum(a != b for a, b in zip(heads, lifted))
 
 
 # ---- the oracle ---------------------------------------------------------------------------------------------
@@ -346,6 +429,8 @@ def _budget_allows(move: int, stack: int, remaining: int) -> bool:
     """Whether `move` leaves a state that can still finish within `remaining` - 1 tokens (module doc)."""
     if move == WORD_START:
         return remaining >= stack + 2
+    if move == WORD_ATTACHED:
+        return remaining >= stack + 3
     if move == WORD_CONTINUE:
         return remaining >= stack + 1
     if move in (LEFT_ARC, RIGHT_ARC):
@@ -372,9 +457,11 @@ class TransitionState:
     """f(prefix): the stack and the labeled graph after a prefix. Fields: `tokens` so far, `stack` (0-based words,
     bottom first), `word_pieces` (token positions of each word's pieces), `heads` (1-based, 0 while a word has no
     head; the root keeps 0), `labels` (None while unattached), `arcs` (Arc per arc token), `open` (the latest token
-    is a piece: its word may still grow), `finished` (EOS was taken)."""
+    is a piece: its word may still grow), `bare` (the latest token is an attached-word mark: a piece must follow),
+    `finished` (EOS was taken)."""
 
-    __slots__ = ("tokens", "stack", "word_pieces", "heads", "labels", "arcs", "open", "finished", "word_initial")
+    __slots__ = ("tokens", "stack", "word_pieces", "heads", "labels", "arcs", "open", "bare", "finished",
+                 "word_initial")
 
     def __init__(self, word_initial: WordRule = starts_with_word_mark):
         self.tokens: List[str] = []
@@ -384,6 +471,7 @@ class TransitionState:
         self.labels: List[Optional[str]] = []
         self.arcs: List[Arc] = []
         self.open = False
+        self.bare = False
         self.finished = False
         self.word_initial = word_initial
 
@@ -393,8 +481,8 @@ class TransitionState:
 
     @property
     def complete(self) -> bool:
-        """The prefix is a whole tree: EOS may come (one word left on the stack)."""
-        return not self.finished and len(self.stack) == 1
+        """The prefix is a whole tree: EOS may come (one word left on the stack, not waiting for a piece)."""
+        return not self.finished and not self.bare and len(self.stack) == 1
 
     def classify(self, token: str, word_id: Optional[int] = None) -> int:
         """The class `token` would have as the next token; a piece with an explicit word id is word-initial when
@@ -408,7 +496,9 @@ class TransitionState:
         if move in (LEFT_ARC, RIGHT_ARC):
             return move if word_id == NO_WORD else OTHER
         if word_id == self.num_words:
-            return WORD_START
+            return WORD_ATTACHED if move == WORD_ATTACHED else WORD_START
+        if move == WORD_ATTACHED:
+            return OTHER
         if word_id == self.num_words - 1 and word_id >= 0:
             return WORD_CONTINUE
         return OTHER
@@ -419,20 +509,29 @@ class TransitionState:
         if self.finished:
             return frozenset()
         stack = len(self.stack)
-        moves = [WORD_START]
+        if self.bare:  # only a piece of the word the mark began
+            moves = [WORD_CONTINUE]
+        else:
+            moves = self._allowed_unmarked(stack)
+        if remaining is not None:
+            moves = [move for move in moves if _budget_allows(move, stack, remaining)]
+        return frozenset(moves)
+
+    def _allowed_unmarked(self, stack: int) -> List[int]:
+        moves = [WORD_START, WORD_ATTACHED]
         if self.open:
             moves.append(WORD_CONTINUE)
         if stack >= 2:
             moves += [LEFT_ARC, RIGHT_ARC]
         if stack == 1:
             moves.append(EOS)
-        if remaining is not None:
-            moves = [move for move in moves if _budget_allows(move, stack, remaining)]
-        return frozenset(moves)
+        return moves
 
     def why_invalid(self, move: int) -> Optional[str]:
         if self.finished:
             return "the sequence has ended (EOS)"
+        if self.bare and move != WORD_CONTINUE:
+            return "an attached-word mark must be followed by a piece of its word (a word cannot be empty)"
         if move == WORD_CONTINUE and not self.open:
             if not self.word_pieces:
                 return "a continuation piece cannot begin the sequence (no word in progress)"
@@ -450,14 +549,15 @@ class TransitionState:
         InvalidTransitionError (the state is then unchanged)."""
         move = self.classify(token, word_id)
         stack = len(self.stack)
-        if self.finished or not (move == WORD_START or (move == WORD_CONTINUE and self.open) or
-                                 (stack >= 2 and (move == LEFT_ARC or move == RIGHT_ARC)) or
-                                 (move == EOS and stack == 1)):
+        if self.finished or (self.bare and move != WORD_CONTINUE) or \
+                not (move in WORD_BEGINNINGS or (move == WORD_CONTINUE and self.open) or
+                     (stack >= 2 and (move == LEFT_ARC or move == RIGHT_ARC)) or (move == EOS and stack == 1)):
             raise InvalidTransitionError(f"token {len(self.tokens)} {token!r} ({CLASS_NAMES[move]}): "
                                          f"{self.why_invalid(move)}")
         position = len(self.tokens)
         self.tokens.append(token)
-        if move == WORD_START:
+        self.bare = move == WORD_ATTACHED
+        if move in WORD_BEGINNINGS:
             self.stack.append(len(self.word_pieces))
             self.word_pieces.append([position])
             self.heads.append(0)
@@ -591,6 +691,7 @@ def transition_edges(tokens: Sequence[str], word_ids: Optional[Sequence[int]] = 
 # ---- trees and text out ---------------------------------------------------------------------------------------
 
 def _decode(pieces: Sequence[str]) -> str:
+    pieces = [piece for piece in pieces if piece != ATTACHED_MARK]  # the mark spells nothing
     joined = "".join(pieces)
     if "<0x" not in joined:  # no byte piece
         return joined.replace(WORD_MARK, " ")
@@ -618,8 +719,13 @@ def decode_pieces(pieces: Sequence[str]) -> str:
 
 
 def strip_transitions(tokens: Sequence[str]) -> List[str]:
-    """The pieces of a transition sequence (arc tokens and EOS removed)."""
-    return [token for token in tokens if token != EOS_SYMBOL and not is_arc(token)]
+    """The pieces of a transition sequence (arc tokens, attached-word marks and EOS removed)."""
+    return [token for token in tokens if token != EOS_SYMBOL and token != ATTACHED_MARK and not is_arc(token)]
+
+
+def is_transition_token(token: str) -> bool:
+    """An arc token or an attached-word mark: a token of a transition sequence that is not a piece of the text."""
+    return token == ATTACHED_MARK or is_arc(token)
 
 
 def sequence_text(tokens: Sequence[str]) -> str:
@@ -703,18 +809,20 @@ def vocabulary_classes(symbols: Sequence[str], word_initial: WordRule = starts_w
 @dataclass
 class BatchTransitionState:
     """The validity state of B hypotheses as tensors (B,): `stack` (words on the stack), `open` (the latest token
-    is a piece, so a continuation piece may follow), `finished` (EOS taken), `num_words` (words generated)."""
+    is a piece, so a continuation piece may follow), `finished` (EOS taken), `num_words` (words generated), `bare`
+    (the latest token is an attached-word mark: only a continuation piece may follow)."""
 
     stack: Tensor
     open: Tensor
     finished: Tensor
     num_words: Tensor
+    bare: Tensor
 
     @classmethod
     def initial(cls, batch_size: int, device: Optional[torch.device] = None) -> "BatchTransitionState":
         zeros = torch.zeros(batch_size, dtype=torch.long, device=device)
         no = torch.zeros(batch_size, dtype=torch.bool, device=device)
-        return cls(zeros, no, no.clone(), zeros.clone())
+        return cls(zeros, no, no.clone(), zeros.clone(), no.clone())
 
     def tokens_to_finish(self) -> Tensor:
         """(B,) the fewest tokens (EOS included) that complete each unfinished hypothesis (0 when finished)."""
@@ -724,25 +832,28 @@ class BatchTransitionState:
     def index_select(self, order: Tensor) -> "BatchTransitionState":
         """Reorder / repeat hypotheses (beam search's reorder_incremental_state)."""
         return BatchTransitionState(self.stack.index_select(0, order), self.open.index_select(0, order),
-                                    self.finished.index_select(0, order), self.num_words.index_select(0, order))
+                                    self.finished.index_select(0, order), self.num_words.index_select(0, order),
+                                    self.bare.index_select(0, order))
 
     def allowed_classes(self, remaining: Union[None, int, Tensor] = None) -> Tensor:
         """(B, NUM_CLASSES) bool: the validity function per hypothesis (TransitionState.allowed, batched)."""
         live = ~self.finished
+        free = live & ~self.bare  # after a mark only a continuation piece
         stack = self.stack
         allowed = torch.stack([
-            live,
+            free,
             live & self.open,
-            live & (stack >= 2),
-            live & (stack >= 2),
-            live & (stack == 1),
+            free & (stack >= 2),
+            free & (stack >= 2),
+            free & (stack == 1),
             torch.zeros_like(live),
+            free,
         ], dim=1)
         if remaining is not None:
             remaining = torch.as_tensor(remaining, device=stack.device)
             budget = torch.stack([remaining >= stack + 2, remaining >= stack + 1, remaining >= stack,
                                   remaining >= stack, (remaining >= 1).expand_as(stack),
-                                  torch.zeros_like(live)], dim=1)
+                                  torch.zeros_like(live), remaining >= stack + 3], dim=1)
             allowed = allowed & budget
         return allowed
 
@@ -760,10 +871,13 @@ class BatchTransitionState:
         """The state after each hypothesis takes token_ids (B,); tokens are assumed valid (`valid`). A token of
         class OTHER changes nothing."""
         classes = token_class[token_ids]
-        start = classes == WORD_START
+        marked = classes == WORD_ATTACHED
+        start = (classes == WORD_START) | marked
         arc = (classes == LEFT_ARC) | (classes == RIGHT_ARC)
         eos = classes == EOS
         piece = start | (classes == WORD_CONTINUE)
         stack = self.stack + start.long() - arc.long()
         is_open = torch.where(piece, torch.ones_like(self.open), self.open & ~(arc | eos))
-        return BatchTransitionState(stack, is_open, self.finished | eos, self.num_words + start.long())
+        other = classes == OTHER
+        bare = torch.where(other, self.bare, marked)
+        return BatchTransitionState(stack, is_open, self.finished | eos, self.num_words + start.long(), bare)

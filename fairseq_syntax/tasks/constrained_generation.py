@@ -18,24 +18,27 @@ from torch import Tensor
 
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
-from ..data.transitions import EOS, LEFT_ARC, RIGHT_ARC, WORD_CONTINUE, WORD_START, BatchTransitionState
+from ..data.transitions import (
+    EOS, LEFT_ARC, RIGHT_ARC, WORD_ATTACHED, WORD_CONTINUE, WORD_START, BatchTransitionState,
+)
 
 
 def prefix_state(prefix: Tensor, token_class: Tensor) -> BatchTransitionState:
     """The validity state of each row of `prefix` (B, 1 + n): column 0 is fairseq's BOS, the others the tokens
     generated so far. `token_class` (V,) from transitions.vocabulary_classes."""
     classes = token_class[prefix[:, 1:]]
-    starts = classes.eq(WORD_START)
+    starts = classes.eq(WORD_START) | classes.eq(WORD_ATTACHED)
     arcs = classes.eq(LEFT_ARC) | classes.eq(RIGHT_ARC)
     num_words = starts.sum(1)
     stack = num_words - arcs.sum(1)
     if classes.size(1):
         last = classes[:, -1]
-        is_open = last.eq(WORD_START) | last.eq(WORD_CONTINUE)
+        bare = last.eq(WORD_ATTACHED)
+        is_open = last.eq(WORD_START) | last.eq(WORD_CONTINUE) | bare
     else:
-        is_open = torch.zeros(prefix.size(0), dtype=torch.bool, device=prefix.device)
+        bare = is_open = torch.zeros(prefix.size(0), dtype=torch.bool, device=prefix.device)
     finished = classes.eq(EOS).any(1)
-    return BatchTransitionState(stack, is_open, finished, num_words)
+    return BatchTransitionState(stack, is_open, finished, num_words, bare)
 
 
 def transition_mask(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None) -> Tensor:

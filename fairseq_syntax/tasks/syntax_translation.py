@@ -322,7 +322,8 @@ class SyntaxTranslationTask(TranslationTask):
 class SentencePieceText:
     """fairseq's bpe interface over the data-bin's segmenter (data/segmentation.py). With sentencepiece, tokens that
     are not pieces of it (the multi-task tags) are kept as they are; a word-level codec decodes every token. With
-    `strip_transitions` (a --target-transitions data-bin), arc tokens are left out: the text is the pieces'."""
+    `strip_transitions` (a --target-transitions data-bin), transition tokens (arcs, attached-word marks) are left
+    out: the text is the pieces'."""
 
     def __init__(self, encoder: WordAlignedEncoder, strip_transitions: bool = False):
         self.encoder = encoder
@@ -338,9 +339,9 @@ class SentencePieceText:
     def decode(self, text: str) -> str:
         tokens = text.split(" ")
         if self.strip_transitions:
-            from ..data.transitions import is_arc
+            from ..data.transitions import is_transition_token
 
-            tokens = [token for token in tokens if not is_arc(token)]
+            tokens = [token for token in tokens if not is_transition_token(token)]
         if self.pieces is None:
             return self.encoder.decode(tokens)
         out, run = [], []
