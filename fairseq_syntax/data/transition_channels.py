@@ -19,7 +19,7 @@ import numpy as np
 
 from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, register_channel
 from .transitions import (
-    EDGE_TO_TRANSITION, NO_WORD, every_piece_is_a_word, mark_attached_words, oracle, starts_with_word_mark,
+    EDGE_TO_TRANSITION, every_piece_is_a_word, mark_attached_words, oracle, starts_with_word_mark,
     transition_edges,
 )
 
@@ -42,20 +42,6 @@ def word_rule(word_level: bool):
     """The word-boundary rule of a data-bin's target tokens at decoding time: every token is a word in a word-level
     data-bin, else sentencepiece's U+2581 rule (transitions.py, "Word boundaries")."""
     return every_piece_is_a_word if word_level else starts_with_word_mark
-
-
-def word_rule_agrees(tokens: Sequence[str], word_ids: Sequence[int], rule) -> bool:
-    """Whether decoding, which knows word boundaries only by `rule` (word_rule), reads the same words as the explicit
-    word ids of preprocessing: every piece begins a word by the rule exactly when it begins a parser word. False
-    e.g. for sentencepiece's "." attached to the word before it (no U+2581) but a word of its own for the parser."""
-    previous = NO_WORD
-    for token, word in zip(tokens, word_ids):
-        if word == NO_WORD:
-            continue
-        if bool(rule(token)) != (word != previous):
-            return False
-        previous = word
-    return True
 
 
 def transition_sequence(heads: Sequence[int], labels: Sequence[str], pieces: Sequence[str],
