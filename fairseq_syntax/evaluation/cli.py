@@ -15,6 +15,7 @@ plots. --out-dir gets results.json, results.md and the PNG plots.
     fairseq-syntax-evaluate challenge list
     fairseq-syntax-evaluate challenge export --direction en-de --out-dir CH [--sets paper|all|NAME,...]
     fairseq-syntax-evaluate challenge score --manifest CH/manifest.json --system NAME=FILE ... --out-dir OUT
+    fairseq-syntax-evaluate parse-trees --parser SPEC --lang de --generated-trees GEN.conllu --out PARSED.conllu
 
 `attention` plots one encoder self-attention head over one sentence (PASCAL's syntax heads: layer 0, the
 first heads) and saves all heads' weights to D/attention.npz, which --attention plots again.
@@ -22,15 +23,18 @@ first heads) and saves all heads' weights to D/attention.npz, which --attention 
 direction to CH/challenge.{src,tgt} (translate CH/challenge.{src}, e.g. preprocess it as a test split and run
 fairseq-generate) and CH/manifest.json, which says which lines belong to which set; `challenge score` splits the
 hypotheses by the manifest and scores every set (phenomenon x domain x distance, for that direction).
+`parse-trees` parses the words of generated trees (e.g. fairseq-generate --trees-out) exactly as they are, with a
+spacy:MODEL or supar:PATH parser, into CoNLL-U with the same sent_ids: the --parsed-trees of the tree scores.
 """
 import logging
 import sys
 from typing import Optional, Sequence
 
-from . import attention, challenge, challenge_sets, scoring
+from . import attention, challenge, challenge_sets, parse_trees, scoring
 from .metrics import EvaluationError
 
-# the tools, one module each: scoring (the default command; its tree scoring is in `trees`), attention, challenge.
+# the tools, one module each: scoring (the default command; its tree scoring is in `trees`), attention, challenge,
+# parse_trees.
 # Reading system files is in system_outputs, the shared report helpers in reporting.
 
 
@@ -41,6 +45,8 @@ def main(argv: Optional[Sequence[str]] = None):
         return attention.run_attention(attention.attention_parser().parse_args(argv[1:]))
     if argv and argv[0] == "challenge":
         return challenge.run_challenge(challenge.challenge_parser().parse_args(argv[1:]))
+    if argv and argv[0] == "parse-trees":
+        return parse_trees.run_parse_trees(parse_trees.parse_trees_parser().parse_args(argv[1:]))
     return scoring.run_score(scoring.score_parser(description=__doc__).parse_args(argv))
 
 

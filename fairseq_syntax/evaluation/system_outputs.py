@@ -96,7 +96,7 @@ class PieceDecoder:
                 warnings.warn(f"{path}: no sentencepiece pieces ({PIECE_MARK}) in the file; its lines are used as "
                               f"they are")
             return list(lines)
-        # the arc tokens of a --target-transitions system (LEFT-ARC:l, RIGHT-ARC:l) are structure, not text
+        # the transition tokens of a --target-transitions system (arcs, <attached>) are structure, not text
         from fairseq_syntax.data.transitions import strip_transitions
 
         return [self.encoder.decode(strip_transitions(line.split())) for line in lines]

@@ -5,13 +5,17 @@ Both files are CoNLL-U, read with the project's one reader (fairseq_syntax.parse
 of preprocessing): trees over surface words, a multiword token (e.g. German "zum" = "zu dem") one word with the
 head and label of its word closest to the root, empty nodes skipped. Trees are not checked for well-formedness: a
 generated tree with two roots or a cycle is still scored.
+
+Sentences are paired by `# sent_id` when every sentence of both files has one (`fairseq-generate --trees-out` and
+`fairseq-syntax-evaluate parse-trees` write them): the same ids in any order, else an error naming the ids one file
+lacks; otherwise by position.
 """
 import argparse
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
-from fairseq_syntax.parsers.conllu_reader import read_conllu
+from fairseq_syntax.parsers.conllu_reader import read_blocks, read_conllu
 
 from . import metrics
 from .metrics import EvaluationError
@@ -36,6 +40,43 @@ def read_trees(path: Path, what: str) -> List[ParsedSentence]:
     except UnicodeDecodeError as error:
         raise EvaluationError(f"{what} ({path}): not UTF-8 text ({error})") from None
     return trees
+
+
+def sentence_ids(path: Path) -> List[Optional[str]]:
+    """The `# sent_id` of every sentence block of a CoNLL-U file (None where a block has none), in order."""
+    ids = []
+    for _, block in read_blocks(str(path)):
+        found = None
+        for line in block.splitlines():
+            if line.startswith("#") and line[1:].strip().startswith("sent_id"):
+                key, _, value = line[1:].partition("=")
+                if key.strip() == "sent_id":
+                    found = value.strip()
+                    break
+        ids.append(found)
+    return ids
+
+
+def paired_by_id(generated: Path, parsed: Path, gen_trees: List[ParsedSentence],
+                 ref_trees: List[ParsedSentence]) -> List[ParsedSentence]:
+    """`ref_trees` in the order of `gen_trees`' sent_ids when both files give every sentence one (EvaluationError
+    when the ids differ or repeat), else as they are (paired by position)."""
+    gen_ids, ref_ids = sentence_ids(generated), sentence_ids(parsed)
+    if None in gen_ids or None in ref_ids or len(gen_ids) != len(gen_trees) or len(ref_ids) != len(ref_trees):
+        return ref_trees
+    for ids, path in ((gen_ids, generated), (ref_ids, parsed)):
+        if len(set(ids)) != len(ids):
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            raise EvaluationError(f"{path}: sent_id repeated: {', '.join(repeated[:10])}")
+    if gen_ids == ref_ids:
+        return ref_trees
+    gen_set, ref_set = set(gen_ids), set(ref_ids)
+    missing, extra = [i for i in gen_ids if i not in ref_set], [i for i in ref_ids if i not in gen_set]
+    if missing or extra:
+        raise EvaluationError(f"the sentences differ: {parsed} lacks sent_id {', '.join(missing[:10]) or '-'}; "
+                              f"{generated} lacks sent_id {', '.join(extra[:10]) or '-'}")
+    position = {sent_id: index for index, sent_id in enumerate(ref_ids)}
+    return [ref_trees[position[sent_id]] for sent_id in gen_ids]
 
 
 def named_files(specs: Optional[Sequence[str]], option: str) -> Dict[str, Path]:
@@ -77,6 +118,7 @@ def run_trees(args, system_names: Iterable[str]) -> Tuple[Dict[str, Dict[str, fl
         gen_trees = read_trees(generated[name], f"generated trees of {name!r}")
         ref_trees = read_trees(parsed[name], f"parsed trees of {name!r}")
         try:
+            ref_trees = paired_by_id(generated[name], parsed[name], gen_trees, ref_trees)
             results[name] = metrics.tree_attachment_scores(ref_trees, gen_trees, ignore_labels=ignore,
                                                            label_level=args.tree_label_level)
         except EvaluationError as error:

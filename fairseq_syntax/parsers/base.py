@@ -65,6 +65,23 @@ class Parser:
     def parse(self, sentences: Sequence[str], batch_size: int = 256) -> Iterator[object]:
         raise NotImplementedError
 
+    def parse_words(self, word_lists: Sequence[Sequence[str]],
+                    spaces_before: Optional[Sequence[Sequence[str]]] = None,
+                    batch_size: int = 256) -> Iterator[object]:
+        """Like `parse`, for sentences already split into words: each result's words are exactly the given ones
+        (nothing is re-tokenised), with `spaces_before` (per sentence, the whitespace before each word; default ""
+        for the first word and " " for the others) as the whitespace between them."""
+        raise NotImplementedError(f"{self.name} cannot parse pre-tokenised words")
+
+
+def given_spaces(words: Sequence[str], spaces: Optional[Sequence[str]]) -> List[str]:
+    """The whitespace before each of `words`: `spaces` as given, or "" then " " between words."""
+    if spaces is None:
+        return ["" if i == 0 else " " for i in range(len(words))]
+    if len(spaces) != len(words):
+        raise ValueError(f"{len(words)} words but {len(spaces)} spaces")
+    return list(spaces)
+
 
 def word_offsets(text: str, words: Iterable[str]) -> List[int]:
     """Where each word starts in `text`, found in order (each after the previous one's end)."""

@@ -3,11 +3,13 @@
 Only the components the parser needs run (its tok2vec/transformer and the parser: tagger, NER, lemmatizer...
 do not change the parse). With several workers, the sentences are split into chunks parsed by forked processes
 that send back compact trees, not spaCy Docs: spaCy's own n_process serialises whole Docs and gains little.
+`parse_words` parses sentences already split into words (a Doc built from the words, then the pipeline: spaCy's
+tokenizer does not run, so the words stay exactly as given).
 """
 import multiprocessing
-from typing import Iterator, List, Sequence
+from typing import Iterator, List, Optional, Sequence
 
-from .base import ParsedSentence, ParseError, Parser
+from .base import ParsedSentence, ParseError, Parser, given_spaces
 
 PARSER_COMPONENTS = ("tok2vec", "transformer", "parser")
 CHUNK_SIZE = 1000
@@ -45,6 +47,41 @@ class SpacyParser(Parser):
                     yield from results
         finally:
             _FORKED_PARSER = None
+
+    def parse_words(self, word_lists: Sequence[Sequence[str]],
+                    spaces_before: Optional[Sequence[Sequence[str]]] = None,
+                    batch_size: int = 256) -> Iterator[object]:
+        """A ParsedSentence (or ParseError) per word list, over exactly those words: a spaCy Doc is made from the
+        words (a space after a word when the next one has whitespace before it) and parsed by the pipeline without
+        its tokenizer. The results keep the given whitespace (`spaces_before`, see Parser.parse_words)."""
+        from spacy.tokens import Doc
+
+        word_lists = [list(words) for words in word_lists]
+        spaces = [given_spaces(words, None if spaces_before is None else spaces_before[i])
+                  for i, words in enumerate(word_lists)]
+        docs, results = [], []
+        for words, before in zip(word_lists, spaces):
+            if not words:
+                results.append(ParseError("no words"))
+                continue
+            try:
+                docs.append(Doc(self.nlp.vocab, words=words, spaces=[bool(s) for s in before[1:]] + [False]))
+                results.append(None)
+            except ValueError as error:
+                results.append(ParseError(f"spaCy cannot make a document of these words: {error}"))
+        parsed = iter(self.nlp.pipe(docs, batch_size=batch_size))
+        for words, before, result in zip(word_lists, spaces, results):
+            if result is not None:
+                yield result
+                continue
+            doc = next(parsed)
+            try:
+                if [token.text for token in doc] != words:
+                    raise ParseError("spaCy changed the words")
+                tree = self.from_doc(doc.text, doc)
+                yield ParsedSentence(words, before, tree.heads, tree.labels)
+            except ParseError as error:
+                yield error
 
     def parse_chunk(self, sentences: Sequence[str], batch_size: int) -> List[object]:
         results = []

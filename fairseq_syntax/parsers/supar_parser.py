@@ -2,7 +2,8 @@
 
 Raw sentences are split into words with a blank spaCy pipeline's tokenizer (`spacy.blank(lang)`: rules only,
 nothing is downloaded), every word keeps its character offset so the whitespace between words is recorded exactly,
-and the pre-tokenised word lists are parsed by SuPar in batches. SuPar is never given `lang=` (that would make it
+and the pre-tokenised word lists are parsed by SuPar in batches (`parse_words` takes such word lists directly, e.g.
+the words of generated trees, which are then parsed exactly as given). SuPar is never given `lang=` (that would make it
 tokenise with stanza, which downloads models).
 
 Trust: a SuPar model file is a pickle holding functions (dill), so it can only be read with
@@ -17,14 +18,14 @@ import re
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Iterator, List, Optional
+from typing import Iterable, Iterator, List, Optional, Sequence
 
 from fairseq_syntax.data.dependency_distributions import (
     DEFAULT_MASS, DEFAULT_MAX_HEADS, CompressionStats, arc_distributions, compress,
 )
 from fairseq_syntax.data.label_groups import group_matrix, guess_scheme
 
-from .base import ParsedSentence, ParseError, Parser, spaces_from_offsets
+from .base import ParsedSentence, ParseError, Parser, given_spaces, spaces_from_offsets
 
 _WORD = re.compile(r"\S+")
 DEFAULT_MAX_WORDS = 250
@@ -288,21 +289,49 @@ class SuparParser(Parser):
                     items.append(self.tokenize(s))
                 except ParseError as e:
                     items.append(e)
-            todo = [i for i, it in enumerate(items) if isinstance(it, ParsedSentence)]
-            results = {}
-            if todo:
-                try:
-                    for i, res in zip(todo, self._predict([items[i].words for i in todo])):
-                        results[i] = res
-                except Exception:  # noqa: BLE001 -- fall back to one sentence at a time
-                    for i in todo:
-                        try:
-                            results[i] = self._predict([items[i].words])[0]
-                        except Exception as e:  # noqa: BLE001
-                            results[i] = ParseError(f"SuPar failed: {type(e).__name__}: {e}")
-            for i, item in enumerate(items):
-                if isinstance(item, ParsedSentence):
-                    res = results[i]
-                    yield res if isinstance(res, ParseError) else self._finish(item, *res)
+            yield from self._parse_items(items)
+
+    def parse_words(self, word_lists: Sequence[Sequence[str]],
+                    spaces_before: Optional[Sequence[Sequence[str]]] = None,
+                    batch_size: int = 256) -> Iterator[object]:
+        """`parse` for sentences already split into words (Parser.parse_words): SuPar parses exactly these words,
+        the spaCy tokenizer does not run. A ParseError for an empty word list, an empty word or one with whitespace
+        in it, or more than `max_words` words."""
+        batch_size = max(1, int(batch_size))
+        word_lists = list(word_lists)
+        for start in range(0, len(word_lists), batch_size):
+            items = []
+            for index in range(start, min(start + batch_size, len(word_lists))):
+                words = [str(word) for word in word_lists[index]]
+                spaces = given_spaces(words, None if spaces_before is None else spaces_before[index])
+                if not words:
+                    items.append(ParseError("no words"))
+                elif any(word == "" or any(c.isspace() for c in word) for word in words):
+                    items.append(ParseError("a word is empty or contains whitespace"))
+                elif self.max_words is not None and len(words) > self.max_words:
+                    items.append(ParseError(f"{len(words)} words, more than max_words={self.max_words}"))
                 else:
-                    yield item
+                    items.append(ParsedSentence(words=words, spaces_before=spaces, heads=[], labels=[]))
+            yield from self._parse_items(items)
+
+    def _parse_items(self, items: List[object]) -> Iterator[object]:
+        """Parse the ParsedSentence items (words only) of one batch with SuPar; ParseError items pass through. If
+        the batch's call fails, its sentences are parsed one at a time, so only the offending one fails."""
+        todo = [i for i, it in enumerate(items) if isinstance(it, ParsedSentence)]
+        results = {}
+        if todo:
+            try:
+                for i, res in zip(todo, self._predict([items[i].words for i in todo])):
+                    results[i] = res
+            except Exception:  # noqa: BLE001 -- fall back to one sentence at a time
+                for i in todo:
+                    try:
+                        results[i] = self._predict([items[i].words])[0]
+                    except Exception as e:  # noqa: BLE001
+                        results[i] = ParseError(f"SuPar failed: {type(e).__name__}: {e}")
+        for i, item in enumerate(items):
+            if isinstance(item, ParsedSentence):
+                res = results[i]
+                yield res if isinstance(res, ParseError) else self._finish(item, *res)
+            else:
+                yield item
