@@ -54,7 +54,7 @@ from fairseq_syntax.data.transition_channels import (
     TRANSITION_CHANNELS, transition_sequence, transition_syntax, word_rule,
 )
 from fairseq_syntax.data.transitions import (
-    ATTACHED_MARK, InvalidTreeError, crossing_arcs, is_arc, projectivize, transition_vocabulary,
+    ATTACHED_MARK, ROOT_LABEL, InvalidTreeError, crossing_arcs, is_arc, projectivize, transition_vocabulary,
 )
 
 from fairseq_syntax.data import multitask
@@ -229,6 +229,7 @@ def check_arguments(args) -> None:
         raise SystemExit(f"--add-to {data_bin}: --target-transitions, but the data-bin's target tokens are plain "
                          f"pieces; its models would never see transitions")
     args.target_transitions = bool(manifest.target_transitions)
+    args.target_root_label = manifest.target_root_label  # new splits read their roots as the data-bin does
     source_settings = manifest.sides[args.source_lang].settings.get("ldd")
     if (args.source_ldd or ldd_options_given(args)) and source_settings is None:
         raise SystemExit(f"--add-to {data_bin}: the data-bin has no LDD channels; --source-ldd would make splits its "
@@ -540,9 +541,10 @@ class Preprocessor:
         label_dicts = self.build_label_dicts(datas)
         encoder = WordCodec() if args.word_vocabulary else WordAlignedEncoder(spm_path)
         encoded = [self.encode_split(data, encoder) for data in datas]
-        arcs = []
+        arcs, root_label = [], ROOT_LABEL
         if args.target_transitions:  # the target tokens become the transition sequences of the target trees
-            arcs = transition_vocabulary(label_dicts[self.langs[1]].labels[1:])
+            root_label = self.target_root_label(datas)
+            arcs = transition_vocabulary(label_dicts[self.langs[1]].labels[1:], root_label)
             encoded = [self.transition_split(data, pieces, word_ids)
                        for data, (pieces, word_ids) in zip(datas, encoded)]
         info = None
@@ -588,7 +590,7 @@ class Preprocessor:
                         if args.word_vocabulary else {"kind": SENTENCEPIECE})
         manifest = SyntaxManifest(
             source_lang=src, target_lang=tgt, spm_model=None if args.word_vocabulary else "spm.model",
-            segmentation=segmentation, target_transitions=arcs,
+            segmentation=segmentation, target_transitions=arcs, target_root_label=root_label,
             sides={lang: SideManifest.for_channels(self.parser_specs[lang],
                                                    self.side_channels(lang) if lang in label_dicts and info is None
                                                    else (),
@@ -737,6 +739,18 @@ class Preprocessor:
                 data.drops.append((data.line_numbers[position], lang, reason, data.texts[lang][position]))
             data.select([p for p in range(len(data.line_numbers)) if p not in unknown])
         return label_dicts
+
+    def target_root_label(self, datas) -> str:
+        """The label the target parser gives the root word (UD "root", spaCy's English "ROOT"): the transitions
+        delete the root edge, so decoding labels the last word left with it. The most frequent root label of the
+        target trees (--add-to: the data-bin's)."""
+        given = getattr(self.args, "target_root_label", None)
+        if given:
+            return given
+        tgt = self.langs[1]
+        counts = Counter(tree.labels[list(tree.heads).index(0)] for data in datas for tree in data.trees[tgt]
+                         if 0 in tree.heads)
+        return counts.most_common(1)[0][0] if counts else ROOT_LABEL
 
     def transition_split(self, data: SplitData, pieces, word_ids):
         """--target-transitions: the target's pieces become the oracle's transition sequence (and its word ids

