@@ -41,12 +41,25 @@ def prefix_state(prefix: Tensor, token_class: Tensor) -> BatchTransitionState:
     return BatchTransitionState(stack, is_open, finished, num_words, bare)
 
 
+def _remaining(prefix: Tensor, max_len: Optional[int]) -> Optional[int]:
+    """Tokens (EOS included) a row of `prefix` may still produce under fairseq's max_len (None: no limit)."""
+    return None if max_len is None else max_len - (prefix.size(1) - 1) + 1
+
+
 def transition_mask(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None) -> Tensor:
     """(B, V) bool, True where the next token is allowed after each row of `prefix` (see prefix_state), with the
     budget of fairseq's max_len (None: no length limit)."""
-    step = prefix.size(1) - 1
-    remaining = None if max_len is None else max_len - step + 1
-    return prefix_state(prefix, token_class).mask(token_class, remaining)
+    return prefix_state(prefix, token_class).mask(token_class, _remaining(prefix, max_len))
+
+
+def transition_penalty(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None,
+                       dtype: torch.dtype = torch.float32) -> Tensor:
+    """(B, V): 0 where transition_mask allows the token, -inf elsewhere, to be added to log-probabilities. Built per
+    class (B, NUM_CLASSES) and spread over the vocabulary with one index_select (bench/timed_generate.py measures
+    the masks' share of generation time)."""
+    allowed = prefix_state(prefix, token_class).allowed_classes(_remaining(prefix, max_len))
+    per_class = torch.zeros(allowed.shape, dtype=dtype, device=prefix.device).masked_fill_(~allowed, -math.inf)
+    return per_class.index_select(1, token_class)
 
 
 class TransitionMaskedEnsemble(EnsembleModel):
@@ -61,8 +74,10 @@ class TransitionMaskedEnsemble(EnsembleModel):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
         if self.token_class.device != tokens.device:
             self.token_class = self.token_class.to(tokens.device)
-        allowed = transition_mask(tokens, self.token_class[:lprobs.size(-1)], self.max_len)
-        return lprobs.masked_fill(~allowed, -math.inf), attn
+        # added into the fresh penalty tensor: one (B, V) allocation per step (the bool-mask masked_fill took four
+        # times as long, mostly allocating: 18 vs 4.7 ms for 320 rows x 8,104 symbols on one CPU thread)
+        penalty = transition_penalty(tokens, self.token_class[:lprobs.size(-1)], self.max_len, lprobs.dtype)
+        return penalty.add_(lprobs), attn
 
 
 class TransitionSequenceGenerator(SequenceGenerator):
