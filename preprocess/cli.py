@@ -54,7 +54,7 @@ from fairseq_syntax.data.transition_channels import (
     TRANSITION_CHANNELS, transition_sequence, transition_syntax, word_rule,
 )
 from fairseq_syntax.data.transitions import (
-    ATTACHED_MARK, ROOT_LABEL, InvalidTreeError, crossing_arcs, is_arc, projectivize, transition_vocabulary,
+    ATTACHED_MARK, NO_WORD, ROOT_LABEL, InvalidTreeError, crossing_arcs, is_arc, projectivize, transition_vocabulary,
 )
 
 from fairseq_syntax.data import multitask
@@ -353,6 +353,7 @@ class SplitData:
     projectivized: int = 0  # --projectivize: non-projective target trees lifted instead
     lifted_words: int = 0  # --projectivize: words that got a new head
     attached_words: int = 0  # --target-transitions: words written without a space (an <attached> mark each)
+    collapsed_spaces: int = 0  # --target-transitions: extra space pieces of runs of spaces left out
     # --target-transitions: pairs dropped because decoding cannot read their words (a word with a space inside)
     unreadable_words: int = 0
 
@@ -618,6 +619,7 @@ class Preprocessor:
                 "projectivized": {d.name: d.projectivized for d in datas},
                 "lifted_words": {d.name: d.lifted_words for d in datas},
                 "attached_words": {d.name: d.attached_words for d in datas},
+                "collapsed_spaces": {d.name: d.collapsed_spaces for d in datas},
                 "unreadable_words": {d.name: d.unreadable_words for d in datas}}
         if args.word_vocabulary:
             summary["vocabulary"] = {
@@ -783,6 +785,8 @@ class Preprocessor:
             tokens.append(sequence)
             ids.append(sequence_ids)
             data.attached_words += sequence.count(ATTACHED_MARK)
+            data.collapsed_spaces += len(sentence) - sum(1 for w in sequence_ids if w != NO_WORD) + \
+                sequence.count(ATTACHED_MARK)
         data.select(keep)
         pieces = {lang: tokens if lang == tgt else [pieces[lang][p] for p in keep] for lang in pieces}
         word_ids = {lang: ids if lang == tgt else [word_ids[lang][p] for p in keep] for lang in word_ids}

@@ -618,6 +618,12 @@ def test_attached_words_by_hand():
     seq = tr.oracle([2, 0, 2], ["nsubj", "root", "punct"], *tr.mark_attached_words(pieces, word_ids))
     assert seq.tokens == [M + "Dogs", M + "bark", "LEFT-ARC:nsubj", MARK, ".", "RIGHT-ARC:punct"]
     assert tr.transitions_to_tree(seq.tokens) == (["Dogs", "bark", "."], [2, 0, 2], ["nsubj", "root", "punct"])
+    # a run of spaces before a word ("am  hohen": pieces "\u2581" "\u2581hohen"): the word's own piece begins it
+    assert tr.mark_attached_words([M + "am", M, M + "hohen"], [0, 1, 1]) == ([M + "am", M + "hohen"], [0, 1])
+    assert tr.mark_attached_words([M + "am", M, M, "(", "x"], [0, 1, 1, 1, 1]) == (
+        [M + "am", M, "(", "x"], [0, 1, 1, 1])  # "\u2581" "\u2581" "(": the last space piece begins the word
+    with pytest.raises(InvalidTreeError, match="space in it"):
+        tr.mark_attached_words([M + "a", "b", M + "c"], [0, 0, 0])
     # a word vocabulary needs no mark; a piece inside a word that the rule reads as a new word cannot be helped
     assert tr.mark_attached_words(["Dogs", "."], [0, 1], tr.every_piece_is_a_word) == (["Dogs", "."], [0, 1])
     with pytest.raises(InvalidTreeError, match="space in it"):
@@ -813,6 +819,7 @@ def test_real_sentencepiece_pieces(tmp_path):
         (["Children", "(", "three", ")", "swim", "!"], ["", " ", "", " ", "\t", ""], [5, 3, 1, 3, 0, 5]),
         (["Zwei", "Hunde", "spielen", "im", "Schnee", "."], ["", " ", "\u00a0", " ", " ", ""],
          [2, 3, 0, 5, 3, 3]),
+        (["Am", "hohen", "Brett", "."], ["", "   ", " ", ""], [0, 3, 1, 1]),  # a run of spaces
     ]
     for words, spaces, heads in cases:
         labels = ["root" if h == 0 else "dep" for h in heads]
@@ -824,4 +831,6 @@ def test_real_sentencepiece_pieces(tmp_path):
         assert tr.sequence_text(seq.tokens) == encoder.decode(pieces)
         marked = tr.oracle(heads, labels, *tr.mark_attached_words(pieces, word_ids))
         assert tr.transitions_to_tree(marked.tokens) == (words, heads, labels)  # no word map: the rule reads them
-        assert tr.sequence_text(marked.tokens) == encoder.decode(pieces)
+        # the same text, where a run of spaces is one space
+        assert tr.sequence_text(marked.tokens) == "".join((" " if s.strip(" ") == "" and len(s) > 1 else s) + w
+                                                          for s, w in zip(spaces, words))

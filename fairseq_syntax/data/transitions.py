@@ -222,18 +222,23 @@ def _default_token_class(token: str) -> int:
 def mark_attached_words(pieces: Sequence[str], word_ids: Sequence[int],
                         word_initial: WordRule = starts_with_word_mark) -> Tuple[List[str], List[int]]:
     """The pieces (and their 0-based word ids) with ATTACHED_MARK before the first piece of every word that the
-    word-boundary rule would not read as a new word, so that the rule reads exactly the given words. Raises
-    InvalidTreeError where no mark can help: a piece inside a word that the rule reads as a new word (a word with
-    a space in it)."""
-    marked, marked_ids, previous = [], [], None
+    word-boundary rule would not read as a new word, so that the rule reads exactly the given words. Extra spaces
+    before a word (a run of spaces: sentencepiece writes "\u2581" pieces, then "\u2581word") are left out, so the
+    word's own piece begins it: a run of spaces becomes one. Raises InvalidTreeError where no mark can help: a
+    piece inside a word that the rule reads as a new word (a word with a space in it)."""
+    marked, marked_ids, previous, start = [], [], None, 0
     for index, (piece, word) in enumerate(zip(pieces, word_ids)):
         begins = word != previous
-        if begins and not word_initial(piece):
-            marked.append(ATTACHED_MARK)
-            marked_ids.append(word)
-        elif not begins and word_initial(piece):
-            raise InvalidTreeError(f"piece {index} {piece!r} is inside word {word} but begins a word by the "
-                                   "word-boundary rule (a word with a space in it)")
+        if begins:
+            start = len(marked)
+            if not word_initial(piece):
+                marked.append(ATTACHED_MARK)
+                marked_ids.append(word)
+        elif word_initial(piece):
+            if not all(p.strip(WORD_MARK) == "" for p in marked[start:]):
+                raise InvalidTreeError(f"piece {index} {piece!r} is inside word {word} but begins a word by the "
+                                       "word-boundary rule (a word with a space in it)")
+            del marked[start:], marked_ids[start:]  # only spaces so far: this piece begins the word
         marked.append(piece)
         marked_ids.append(word)
         previous = word
