@@ -144,6 +144,11 @@ def test_attention_over_a_raw_sentence_is_the_attention_over_the_same_sentence_o
     assert from_text["query_tokens"] == from_split["query_tokens"]
     assert from_text["highlight"] == from_split["highlight"] and max(from_text["highlight"]) > 0
     np.testing.assert_allclose(from_text["weights"], from_split["weights"], atol=1e-6)
+    # a negative layer counts from the top (the comparison plots the top layer where the lower ones have none)
+    top = encoder_self_attention(checkpoints["pascal"], destdir, "valid", index=4, layer=-1)
+    last = encoder_self_attention(checkpoints["pascal"], destdir, "valid", index=4, layer=top["layer"])
+    assert top["layer"] > 0 and np.array_equal(top["weights"], last["weights"])
+    assert not np.allclose(top["weights"], from_split["weights"])
     run_cli("fairseq-syntax-evaluate", "attention", "--path", checkpoints["pascal"], "--data-bin", destdir,
             "--sentence", sentence, "--out-dir", tmp_path)
     assert (tmp_path / "attention.png").stat().st_size > 0

@@ -58,7 +58,7 @@ from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noq
 from fairseq_syntax.paths import data_root  # noqa: E402
 from profiles import DataBin, Profile, ProfileError, load_profile, option_list, with_options  # noqa: E402
 from systems import (  # noqa: E402  (one list for bench too)
-    BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
+    ATTENTION_LAYER, BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (the recipe of demo.sh and bench/bench.py too)
 
@@ -366,12 +366,13 @@ class Comparison:
                  *self.tree_arguments(data_bin.name, systems, seed), "--out-dir", seed_dir, "--quiet"],
                 results / f"seed{seed}.log")
             per_seed[seed] = json.loads((seed_dir / "results.json").read_text())
-        for system in systems:  # layer 0, head 0 over the first test sentence (first seed): PASCAL's vs vanilla's
+        for system in systems:  # head 0 of layer 0 (or ATTENTION_LAYER) over the first test sentence, first seed
             target = results / "attention" / system
             if not (target / "attention.png").exists():
                 run([BIN / "fairseq-syntax-evaluate", "attention", "--path",
                      self.checkpoint(data_bin.name, system, seeds[0]), "--data-bin", bins_of[system],
-                     "--gen-subset", "test", "--index", "0", "--layer", "0", "--head", "0", "--out-dir", target],
+                     "--gen-subset", "test", "--index", "0", "--layer", ATTENTION_LAYER.get(system, 0), "--head", "0",
+                     "--out-dir", target],
                     results / "attention" / f"{system}.log")
         curves = {system: {seed: read_validations(self.run_dir(data_bin.name, system, seed) / "train.log")
                            for seed in seeds} for system in systems}

@@ -22,6 +22,11 @@ MULTI30K_SYSTEMS = {
 }
 
 
+# The encoder layer whose head 0 the comparison plots: 0 (PASCAL's syntax layer), but the top layer (-1) for systems
+# whose mechanism replaces self-attention in the lower layers (no attention weights there)
+ATTENTION_LAYER = {"birnn_gcn": -1, "rgse": -1}
+
+
 @dataclass(frozen=True)
 class OwnDataBin:
     """A data-bin a system needs beside the shared one, made from the same lines with the shared sentencepiece

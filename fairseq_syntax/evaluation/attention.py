@@ -66,8 +66,9 @@ def encoder_self_attention(checkpoint: Path, data_bin: Path, split: str = "test"
         if not 0 <= index < len(dataset):
             raise EvaluationError(f"--index {index}: the {split} split has {len(dataset)} sentences")
     layers = model.encoder.layers
-    if not 0 <= layer < len(layers):
+    if not -len(layers) <= layer < len(layers):
         raise EvaluationError(f"--layer {layer}: the encoder has {len(layers)} layers")
+    layer %= len(layers)  # -1: the top layer
     sample = dataset.collater([dataset[index]])
     net_input = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
     attention = layers[layer].self_attn
@@ -115,7 +116,8 @@ def attention_parser() -> argparse.ArgumentParser:
     parser.add_argument("--index", type=int, default=0, help="sentence (line of {split}.{src}.txt)")
     parser.add_argument("--sentence", help="a raw source sentence instead of a split's sentence (parsed with the "
                                            "data-bin's parser when the model reads syntax)")
-    parser.add_argument("--layer", type=int, default=0, help="encoder layer (PASCAL's syntax layer: 0)")
+    parser.add_argument("--layer", type=int, default=0,
+                        help="encoder layer (PASCAL's syntax layer: 0; negative counts from the top: -1 the last)")
     parser.add_argument("--head", type=int, default=0, help="head (PASCAL's syntax heads come first)")
     parser.add_argument("--out-dir", required=True, help="gets attention.npz (all heads) and attention.png")
     return parser
