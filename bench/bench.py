@@ -396,7 +396,8 @@ def mask_cost(runs: dict, median: dict, lengths) -> dict:
     and the A/B check: generation time without masks over with (same checkpoint, batches and lengths)."""
     fraction = median["mask_fraction"]
     return {"method": "seconds in TransitionMaskedEnsemble.forward_decoder beyond the plain forward_decoder it "
-                      "wraps (mask from the prefixes + masked_fill), over fairseq-generate's generation seconds "
+                      "wraps (the validity state from the prefixes and its -inf penalty added to the "
+                      "log-probabilities), over fairseq-generate's generation seconds "
                       "(bench/timed_generate.py); A/B: the same checkpoint generating with the plain decoder",
             "fraction_of_generation_time": fraction, "fraction_per_repeat": runs["mask_fraction"],
             "target": MASK_COST_TARGET, "pass": fraction <= MASK_COST_TARGET,
