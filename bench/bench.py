@@ -6,8 +6,10 @@ Multi30k En-De (the systems of examples/multi30k/systems.py, trained with the fl
                       decoders do the same work whatever the models learned in a few updates): 25 pieces; a
                       transition decoder (Linearized) also generates the arcs and attached-word marks that 25
                       pieces come with in its data (bench/target_words.py), under its validity masks
-  mask cost           Linearized: time in the validity masks / generation time (target <= 0.10), and the same
-                      checkpoint generating without masks on the same batches (bench/timed_generate.py)
+  mask cost           Linearized: time in the validity masks / generation time (target <= 0.10), and the A/B:
+                      the same checkpoint generating without masks on the same batches, once per repeat and
+                      --mask-pairs more times, in turn first; the median of time with / without - 1 (target
+                      <= 0.10 too) and where the extra time goes (bench/timed_generate.py)
   preprocess sent/s   fairseq-syntax-preprocess against spaCy parsing alone (nlp.pipe) on the same lines
 
 Runs alternate between the systems and report the median of --repeats. Prints ratios (method / vanilla; parser
@@ -203,11 +205,12 @@ def generate(data_bin, checkpoint, lengths=(GENERATE_PIECES, GENERATE_PIECES), m
         return sentences_per_second, peak_mb(log)
     details = {"generate_seconds": seconds,
                "inf_hypotheses": len(re.findall(r"^H-\d+\t-inf\t", log, flags=re.MULTILINE))}
-    if masks == "timed":
-        mask = re.search(r"MASK_SECONDS ([0-9.]+) CALLS (\d+)", log)
-        if not mask or int(mask.group(2)) == 0:
-            sys.exit(f"no masked decoder step was timed in generating {data_bin} (not a transition data-bin?)")
-        details["mask_seconds"] = float(mask.group(1))
+    steps = re.search(r"MASK_SECONDS ([0-9.]+) CALLS (\d+) DECODER_SECONDS ([0-9.]+) ROWS (\d+) MINOR_FAULTS (\d+)",
+                      log)
+    if not steps or int(steps.group(2)) == 0:
+        sys.exit(f"no decoder step of a transition data-bin was timed in generating {data_bin}")
+    details.update(mask_seconds=float(steps.group(1)), decoder_seconds=float(steps.group(3)),
+                   rows=int(steps.group(4)), minor_faults=int(steps.group(5)))
     return sentences_per_second, peak_mb(log), details
 
 
@@ -242,6 +245,9 @@ def main():
     parser.add_argument("--data-bin", help="an existing Multi30k syntax data-bin (else one is made in --workdir)")
     parser.add_argument("--updates", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mask-pairs", type=int, default=4,
+                        help="Linearized: A/B pairs of generation with and without the validity masks on the last "
+                             "checkpoint, beyond the pair of each repeat")
     parser.add_argument("--generate-shards", type=int, default=1,
                         help="translate only the first of N shards of test2016 (quick checks; default: all of it)")
     parser.add_argument("--preprocess-lines", type=int, default=29000,
@@ -302,7 +308,7 @@ def measure_models(args, workdir, data_bin):
     for name in words:
         measured[name].update({"mask_seconds": [], "generate_seconds": [], "mask_fraction": [],
                                "generate_sps_without_masks": [], "generate_seconds_without_masks": [],
-                               "inf_hypotheses": []})
+                               "inf_hypotheses": [], "mask_pairs": []})
     for name, (max_len, min_len) in lengths.items():
         if name in words:
             print(f"{name}: generation forced to {max_len} tokens (min {min_len}; {GENERATE_PIECES} pieces and "
@@ -319,11 +325,8 @@ def measure_models(args, workdir, data_bin):
             m["train_peak_mb"].append(train_peak)
             checkpoint = save_dir / "checkpoint_last.pt"
             if name in words:  # masked (timed) and the same without masks, in turn first (load drifts)
-                runs = {}
-                for masks in ("timed", "off") if repeat % 2 == 0 else ("off", "timed"):
-                    runs[masks] = generate(bins[name], checkpoint, lengths[name], masks=masks,
-                                           shards=args.generate_shards)
-                (sps, peak, timed), (sps_off, _, untimed) = runs["timed"], runs["off"]
+                (sps, peak, timed), (sps_off, _, untimed) = mask_pair(bins[name], checkpoint, lengths[name], repeat,
+                                                                      args.generate_shards, m["mask_pairs"])
                 m["mask_seconds"].append(timed["mask_seconds"])
                 m["generate_seconds"].append(timed["generate_seconds"])
                 m["mask_fraction"].append(timed["mask_seconds"] / timed["generate_seconds"])
@@ -338,7 +341,15 @@ def measure_models(args, workdir, data_bin):
                     f"{m['generate_sps_without_masks'][-1]:.1f} sentences/s" if name in words else ""
             print(f"repeat {repeat}: {name}: train {m['train_wps'][-1]:.0f} words/s, "
                   f"generate {m['generate_sps'][-1]:.1f} sentences/s{masks}", flush=True)
-    medians = {name: {k: statistics.median(v) for k, v in m.items()} for name, m in measured.items()}
+    for name in words:  # more A/B pairs on the last checkpoint: one pair's difference is within the runs' noise
+        last = workdir / "checkpoints" / f"{name}.{args.repeats - 1}" / "checkpoint_last.pt"
+        for pair in range(args.mask_pairs):
+            (_, _, timed), (_, _, untimed) = mask_pair(bins[name], last, lengths[name], pair, args.generate_shards,
+                                                       measured[name]["mask_pairs"])
+            print(f"A/B pair {pair}: {name}: {timed['generate_seconds']:.1f} s with masks, "
+                  f"{untimed['generate_seconds']:.1f} s without", flush=True)
+    medians = {name: {k: statistics.median(v) for k, v in m.items() if k != "mask_pairs"}
+               for name, m in measured.items()}
     base = medians[BASELINE]
     for name, m in medians.items():  # what an epoch costs at that speed (tokens over tokens/s)
         m["epoch_seconds"] = epoch_target_tokens(bins[name]) / m["train_tokens_per_second"]
@@ -379,9 +390,15 @@ def measure_models(args, workdir, data_bin):
     for name, cost in report.get("mask_cost", {}).items():
         print(f"{name}: validity masks = {cost['fraction_of_generation_time']:.1%} of generation time (target <= "
               f"{MASK_COST_TARGET:.0%}: {'PASS' if cost['pass'] else 'FAIL'}; repeats "
-              f"{', '.join(f'{x:.1%}' for x in cost['fraction_per_repeat'])}); without masks, the same checkpoint "
-              f"takes {cost['time_without_masks_over_with']:.3f}x the time; {cost['inf_hypotheses']} hypotheses "
+              f"{', '.join(f'{x:.1%}' for x in cost['fraction_per_repeat'])}); {cost['inf_hypotheses']} hypotheses "
               f"without a valid continuation")
+        ab = cost["a_b"]
+        print(f"{name}: A/B, {ab['pairs']} pairs: generation with masks takes {ab['end_to_end']:.1%} more time than "
+              f"without (median, target <= {MASK_COST_TARGET:.0%}: {'PASS' if cost['a_b_pass'] else 'FAIL'}; pairs "
+              f"{ab['end_to_end_min']:.1%} to {ab['end_to_end_max']:.1%}); of the median "
+              f"{ab['extra_seconds']:.2f} s: masks {ab['mask_seconds']:.2f} s, the plain decoder step "
+              f"{ab['decoder_extra_seconds']:+.2f} s, the rest of the search {ab['rest_extra_seconds']:+.2f} s; "
+              f"minor page faults {ab['minor_faults_with']:,} with, {ab['minor_faults_without']:,} without (medians)")
     print("bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in report["channel_bytes_per_token"].items()))
     for path, own in report.get("own_data_bins", {}).items():
         print(f"{path}: bytes per source token: " + ", ".join(f"{k} {v:.2f}" for k, v in
@@ -391,10 +408,40 @@ def measure_models(args, workdir, data_bin):
     return report
 
 
+def mask_pair(data_bin, checkpoint, lengths, index: int, shards: int, pairs: list):
+    """Generation with the masks (timed) and without, in turn first (load drifts); appends both to `pairs`."""
+    runs = {}
+    for masks in ("timed", "off") if index % 2 == 0 else ("off", "timed"):
+        runs[masks] = generate(data_bin, checkpoint, lengths, masks=masks, shards=shards)
+    pairs.append({"with": runs["timed"][2], "without": runs["off"][2]})
+    return runs["timed"], runs["off"]
+
+
+def mask_ab(pairs: list) -> dict:
+    """The A/B of the masks over `pairs` (mask_pair): the median end-to-end cost (time with / time without - 1)
+    and where the median extra time goes: inside the masks, in the plain decoder step (the same rows are decoded
+    either way), and in the rest of the search."""
+    def med(f):
+        return statistics.median(f(p["with"], p["without"]) for p in pairs)
+
+    costs = [p["with"]["generate_seconds"] / p["without"]["generate_seconds"] - 1 for p in pairs]
+    return {"pairs": len(pairs), "end_to_end": statistics.median(costs), "end_to_end_min": min(costs),
+            "end_to_end_max": max(costs), "end_to_end_per_pair": costs,
+            "extra_seconds": med(lambda a, b: a["generate_seconds"] - b["generate_seconds"]),
+            "mask_seconds": med(lambda a, b: a["mask_seconds"]),
+            "decoder_extra_seconds": med(lambda a, b: a["decoder_seconds"] - b["decoder_seconds"]),
+            "rest_extra_seconds": med(lambda a, b: (a["generate_seconds"] - a["decoder_seconds"] - a["mask_seconds"])
+                                      - (b["generate_seconds"] - b["decoder_seconds"])),
+            "rows_with": int(med(lambda a, b: a["rows"])), "rows_without": int(med(lambda a, b: b["rows"])),
+            "minor_faults_with": int(med(lambda a, b: a["minor_faults"])),
+            "minor_faults_without": int(med(lambda a, b: b["minor_faults"]))}
+
+
 def mask_cost(runs: dict, median: dict, lengths) -> dict:
     """The validity masks' share of generation time (the median of the repeats' shares; pass: <= the target),
     and the A/B check: generation time without masks over with (same checkpoint, batches and lengths)."""
     fraction = median["mask_fraction"]
+    ab = mask_ab(runs["mask_pairs"])
     return {"method": "seconds in TransitionMaskedEnsemble.forward_decoder beyond the plain forward_decoder it "
                       "wraps (the validity state from the prefixes and its -inf penalty added to the "
                       "log-probabilities), over fairseq-generate's generation seconds "
@@ -402,7 +449,8 @@ def mask_cost(runs: dict, median: dict, lengths) -> dict:
             "fraction_of_generation_time": fraction, "fraction_per_repeat": runs["mask_fraction"],
             "target": MASK_COST_TARGET, "pass": fraction <= MASK_COST_TARGET,
             "time_without_masks_over_with": median["generate_seconds_without_masks"] / median["generate_seconds"],
-            "inf_hypotheses": int(sum(runs["inf_hypotheses"])), "max_len_b": lengths[0], "min_len": lengths[1]}
+            "inf_hypotheses": int(sum(runs["inf_hypotheses"])), "max_len_b": lengths[0], "min_len": lengths[1],
+            "a_b": ab, "a_b_pass": ab["end_to_end"] <= MASK_COST_TARGET}
 
 
 if __name__ == "__main__":

@@ -80,3 +80,28 @@ def _always_allowed(classes, max_len, min_len):
             return True
         prefixes = list(following.values())
     return True
+
+
+def test_mask_ab_splits_the_extra_time_into_masks_decoder_and_search():
+    """bench.py's A/B of the masks: per pair, time with / time without - 1, and the extra seconds of the median
+    pair split into the masks' own time, the plain decoder step and the rest of the search (by hand below)."""
+    from bench import mask_ab
+
+    def run(seconds, mask, decoder, faults):
+        return {"generate_seconds": seconds, "mask_seconds": mask, "decoder_seconds": decoder, "rows": 100,
+                "minor_faults": faults}
+
+    pairs = [{"with": run(11.0, 0.5, 6.2, 30), "without": run(10.0, 0.0, 6.0, 10)},
+             {"with": run(12.6, 0.6, 7.0, 50), "without": run(12.0, 0.0, 6.9, 20)},
+             {"with": run(24.0, 0.4, 12.0, 40), "without": run(20.0, 0.0, 11.0, 10)}]
+    ab = mask_ab(pairs)
+    assert ab["pairs"] == 3
+    assert ab["end_to_end_per_pair"] == pytest.approx([0.1, 0.05, 0.2])
+    assert ab["end_to_end"] == pytest.approx(0.1)
+    assert (ab["end_to_end_min"], ab["end_to_end_max"]) == (pytest.approx(0.05), pytest.approx(0.2))
+    assert ab["extra_seconds"] == pytest.approx(1.0)  # medians of 1.0, 0.6, 4.0
+    assert ab["mask_seconds"] == pytest.approx(0.5)
+    assert ab["decoder_extra_seconds"] == pytest.approx(0.2)  # 0.2, 0.1, 1.0
+    # rest: (11 - 6.2 - 0.5) - (10 - 6) = 0.3; (12.6 - 7 - 0.6) - (12 - 6.9) = -0.1; (24 - 12 - 0.4) - 9 = 2.6
+    assert ab["rest_extra_seconds"] == pytest.approx(0.3)
+    assert (ab["minor_faults_with"], ab["minor_faults_without"]) == (40, 10)
