@@ -23,7 +23,7 @@ $(VENV)/.installed: setup.py requirements/build.txt requirements/runtime.txt req
 	touch $@
 
 test: install lint
-	DATA_ROOT=$(DATA_ROOT) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --durations=15 tests
+	DATA_ROOT=$(DATA_ROOT) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
 # ruff (ruff.toml) and the layering contracts (.importlinter): a change that breaks either fails `make test`
 lint: install

@@ -213,7 +213,8 @@ class RecurrentGraphSyntaxEncoder(SyntaxMechanism):
         if self.edge_gate is not None:
             weights = weights * torch.sigmoid(self.edge_gate(flat))[source_rows]
         messages = flat[source_rows].unsqueeze(1) * weights.unsqueeze(-1)  # (E, D, C)
-        phi = flat.new_zeros(batch * width, self.num_directions, dim).index_add_(0, node_rows, messages)
+        # in the messages' dtype: under CUDA autocast the gate is float32 while h~ (a GRU output) is float16
+        phi = messages.new_zeros(batch * width, self.num_directions, dim).index_add_(0, node_rows, messages)
         if self.integration == "average":
             totals = counts.new_zeros(batch * width, self.num_directions).index_add_(0, node_rows, counts)
             phi = phi / totals.clamp(min=1).unsqueeze(-1)
