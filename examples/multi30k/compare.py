@@ -54,9 +54,15 @@ sys.path.insert(0, str(HERE))  # its neighbours systems.py, training.py and prof
 from fairseq_syntax.evaluation.learning_curves import (  # noqa: E402
     best_validation, plot_learning_curves, read_validations,
 )
+from fairseq_syntax.evaluation.scoring import evaluate_systems  # noqa: E402
 from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
+from fairseq_syntax.evaluation.system_outputs import (  # noqa: E402
+    PieceDecoder, data_bin_files, read_system, read_text_lines,
+)
+from fairseq_syntax.evaluation.trees import tree_scores  # noqa: E402
 from fairseq_syntax.paths import data_root  # noqa: E402
 from profiles import DataBin, Profile, ProfileError, load_profile, option_list, with_options  # noqa: E402
+import results_store  # noqa: E402
 from systems import (  # noqa: E402  (one list for bench too)
     ATTENTION_LAYER, BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
 )
@@ -96,10 +102,11 @@ class Settings:
     """What the command line adds to a profile: where, on which device, how many at once."""
 
     def __init__(self, out: Path, device: str = "cpu", precision: Optional[str] = None, jobs: int = 1,
-                 raw: Optional[Path] = None):
+                 raw: Optional[Path] = None, threads: Optional[int] = None, results: Optional[Path] = None):
         self.out, self.device, self.precision, self.jobs = out, device, precision, max(1, jobs)
         self.raw = raw or out / "raw"  # {train,valid,test}.{src,tgt}: Multi30k (prepare_raw.py) unless given
-        self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.jobs)
+        self.results = results  # where each finished run's record goes (results_store.py); None: nowhere
 
 
 def train_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, system: str,
@@ -295,7 +302,8 @@ class Comparison:
         name = "checkpoint_best.pt" if self.profile.checkpoint == "best" else "checkpoint_last.pt"
         return self.run_dir(bin_name, system, seed) / "checkpoints" / name
 
-    def train_and_translate(self, data_bin: DataBin, destdir: Path, system: str, seed: int) -> Path:
+    def train_and_translate(self, data_bin: DataBin, destdir: Path, system: str, seed: int,
+                            shared: Optional[Path] = None) -> Path:
         work = self.run_dir(data_bin.name, system, seed)
         work.mkdir(parents=True, exist_ok=True)
         key = f"{data_bin.name}/{system}/seed{seed}"
@@ -320,7 +328,64 @@ class Comparison:
             run(parse_trees_command(self.transitions_parser(data_bin), data_bin.tgt, trees, parsed),
                 work / "parse-trees.log", self.settings.threads)
             self.record_run(key, parse_trees_seconds=round(time.time() - started, 1))
+        self.write_record(data_bin, destdir, shared or destdir, system, seed, output)
         return output
+
+    def write_record(self, data_bin: DataBin, destdir: Path, shared: Path, system: str, seed: int,
+                     output: Path) -> None:
+        """The finished run's results file (results_store.py), once: what it ran, on what, how long, its curves
+        and its test scores, its translations. Scored alone here; comparisons are made from the files."""
+        root = self.settings.results
+        if root is None or results_store.run_paths(root, self.profile.name, data_bin.name, system, seed)[0].exists():
+            return
+        files = data_bin_files(shared, "test")
+        references = read_text_lines(files["references"], "references")
+        hypotheses = read_system(system, output, len(references), PieceDecoder(files["spm_model"], files["words"]),
+                                 f"the references ({files['references']})").hypotheses
+        scores = evaluate_systems({system: hypotheses}, [references], bootstrap_samples=0)["systems"][system]
+        test = {"split": "test", "sentences": len(references),
+                **{key: {"score": scores[key]["score"], "signature": scores[key]["signature"]}
+                   for key in ("bleu", "chrf++", "ter")},
+                "ribes": {"score": scores["ribes"]["score"]}}
+        if generates_trees(system):
+            trees, parsed = self.tree_files(data_bin.name, system, seed)
+            uas_las, _ = tree_scores(system, trees, parsed)
+            test["trees"] = {"uas": uas_las["uas"], "las": uas_las["las"], "words": uas_las["words"],
+                             "parser": data_bin.transitions_parser}
+        work = self.run_dir(data_bin.name, system, seed)
+        curves = read_validations(work / "train.log")
+        best = best_validation(curves) if self.profile.checkpoint == "best" else None
+        parameters, updates = training_facts(work / "train.log")
+        updates = int(updates) if updates != "?" else None
+        facts = self.runs.get(f"{data_bin.name}/{system}/seed{seed}", {})
+
+        def portable(command):  # the repository's own paths relative to it, the console scripts by name
+            text = shlex.join(str(a) for a in command)
+            return text.replace(f"{BIN}/", "").replace(f"{REPO}/", "")
+
+        record = {
+            "profile": self.profile.name, "data_bin": data_bin.name, "system": system, "seed": seed,
+            "budget": self.profile.budget_record(),
+            "commands": {
+                "train": portable(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
+                                                system, seed, work / "checkpoints")),
+                "test": portable(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
+                                                  self.checkpoint(data_bin.name, system, seed), "test")),
+                "compare": portable([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
+            "code": code_version(),
+            "machine": {"name": machine_name(self.settings.device), "device": self.settings.device,
+                        "precision": self.settings.precision, "threads": self.settings.threads,
+                        "jobs": self.settings.jobs},
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "seconds": {key: facts[key] for key in ("train_seconds", "test_translate_seconds", "parse_trees_seconds")
+                        if key in facts},
+            "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
+                         "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
+                         "target_tokens_per_second": train_speed(work / "train.log")},
+            "curves": curves, "test": test,
+        }
+        results_store.write_run(root, record, hypotheses, references)
+        log(f"results of {data_bin.name}/{system}/seed{seed} written to {root}")
 
     def translate(self, destdir: Path, data_bin: DataBin, checkpoint: Path, split: str, output: Path,
                   trees_out: Optional[Path] = None) -> Path:
@@ -354,7 +419,7 @@ class Comparison:
         work = [(system, seed) for seed in seeds for system in systems]
         with ThreadPoolExecutor(max_workers=self.settings.jobs) as pool:
             outputs = dict(zip(work, pool.map(lambda job: self.train_and_translate(data_bin, bins_of[job[0]],
-                                                                                    *job), work)))
+                                                                                    *job, shared=shared), work)))
         results = self.out / "results" / data_bin.name
         baseline = BASELINE if BASELINE in systems else systems[0]
         per_seed = {}
@@ -449,6 +514,24 @@ def training_facts(train_log: Path):
     parameters = re.search(r"num\. shared model params: [0-9,]+ \(num\. trained: ([0-9,]+)\)", text)
     updates = re.findall(r"num_updates[ =]([0-9]+)", text)
     return parameters.group(1) if parameters else "?", updates[-1] if updates else "?"
+
+
+def train_speed(train_log: Path) -> Optional[float]:
+    """Mean of the target tokens per second (fairseq's wps) that the run's train_inner lines logged (every
+    --log-interval updates), else of its end-of-epoch train lines."""
+    text = train_log.read_text(errors="replace")
+    values = [float(v) for v in re.findall(r"train_inner .*?wps=([0-9.]+)", text)]
+    values = values or [float(v) for v in re.findall(r"\| train \|.*?\| wps ([0-9.]+)", text)]
+    return round(mean(values), 1) if values else None
+
+
+def code_version() -> Dict[str, object]:
+    """The commit the repository was at, and whether its files differed from it."""
+    def git(*args):
+        result = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+        return result.stdout.strip() if result.returncode == 0 else None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "modified": bool(status) if status is not None else None}
 
 
 def record_time(out: Path, started: float, argv) -> float:
@@ -568,6 +651,13 @@ def apply_overrides(profile: Profile, args) -> Profile:
         profile.systems = systems
     if args.seeds:
         profile.seeds = [int(s) for s in args.seeds.split(",") if s]
+    if getattr(args, "data_bins", None):
+        names = [name for name in args.data_bins.split(",") if name]
+        known = [data_bin.name for data_bin in profile.bins]
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise SystemExit(f"unknown data-bins {unknown} in profile {profile.name} (known: {', '.join(known)})")
+        profile.bins = [data_bin for data_bin in profile.bins if data_bin.name in names]
     budgets = {k: getattr(args, k) for k in ("max_update", "max_epoch", "minutes") if getattr(args, k) is not None}
     if len(budgets) > 1:
         raise SystemExit("give one of --max-update, --max-epoch, --minutes")
@@ -600,6 +690,12 @@ def main(argv=None):
     precision.add_argument("--bf16", action="store_const", dest="precision", const="bf16",
                            help="bfloat16 training (fairseq-syntax-train, see README); generation in fp32")
     parser.add_argument("--jobs", type=int, default=1, help="systems trained and translated at once")
+    parser.add_argument("--threads", type=int, help="torch threads per job (default: cores / jobs); e.g. one "
+                                                    "1-thread job in the background of other work")
+    parser.add_argument("--results-dir", help="where each finished run's results file goes (default: results/ of "
+                                              "the repository when the profile's budget is kept; with a budget or "
+                                              "validation override, none unless given)")
+    parser.add_argument("--data-bins", help="comma-separated data-bins of the profile to run (default: all)")
     parser.add_argument("--raw", help="a parallel corpus DIR/{train,valid,test}.{src,tgt} instead of Multi30k "
                                       "(the tests use a small sample)")
     parser.add_argument("--dry-run", action="store_true", help="print the training commands and stop")
@@ -610,10 +706,15 @@ def main(argv=None):
         profile = load_profile(args.profile or ("cpu-quick" if args.quick else "cpu"), list(SYSTEMS))
     except ProfileError as error:
         raise SystemExit(str(error)) from None
+    profile_budget = profile.budget_record()
     profile = apply_overrides(profile, args)
     check_target_parsers(profile, profile.systems)
     out = Path(args.out).resolve()
-    settings = Settings(out, args.device, args.precision, args.jobs, Path(args.raw).resolve() if args.raw else None)
+    results = Path(args.results_dir).resolve() if args.results_dir else None
+    if results is None and profile.budget_record() == profile_budget and not args.raw:
+        results = results_store.RESULTS
+    settings = Settings(out, args.device, args.precision, args.jobs, Path(args.raw).resolve() if args.raw else None,
+                        args.threads, results)
     comparison = Comparison(profile, settings)
     if args.dry_run:
         for data_bin in profile.bins:

@@ -21,6 +21,8 @@ A profile gives:
 
 An options table maps an option name without its dashes to a value: a string or number is the option's value,
 a list its values, true a flag, false removes the option from the recipe (e.g. share-all-embeddings = false)."""
+import hashlib
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +91,15 @@ class Profile:
         kind, value = next(iter(self.budget.items()))
         return {"max_update": f"{value:g} updates", "max_epoch": f"{value:g} epochs",
                 "minutes": f"{value:g} min wall time"}[kind]
+
+    def budget_record(self) -> Dict[str, object]:
+        """What makes two runs of this profile comparable, as a results record keeps it: the budget, validation
+        interval, checkpoint rule, beam, and a digest of the recipe (vocabulary, model and training options, the
+        valid-BLEU search). Runs whose records differ are not averaged together (results_store.py)."""
+        recipe = json.dumps([self.vocabulary, self.joined_dictionary, self.model_options, self.training_options,
+                             self.valid_bleu_args], sort_keys=True, default=str)
+        return {**self.budget, "validate_every": self.validate_every, "checkpoint": self.checkpoint,
+                "beam": self.beam, "recipe_sha256": hashlib.sha256(recipe.encode()).hexdigest()[:16]}
 
     def vocabulary_options(self) -> List[str]:
         """fairseq-syntax-preprocess options of the profile's vocabulary."""

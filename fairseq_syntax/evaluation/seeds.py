@@ -18,7 +18,8 @@ def summarize_seeds(per_seed: Mapping[int, Mapping], baseline: Optional[str]) ->
     metric: {"mean", "sd" (None with one seed), "values"}, "bleu_runs": [{"seed", "score", "ci", "p_value"}],
     "test": "welch" | "bootstrap" | None, "p_value"} (p against the baseline; None for the baseline itself)."""
     seeds = sorted(per_seed)
-    systems = [name for name in per_seed[seeds[0]]["systems"]]
+    # every system of any seed, in first-seen order (a system may lack a seed: its other seeds still count)
+    systems = list(dict.fromkeys(name for seed in seeds for name in per_seed[seed]["systems"]))
     summary: Dict[str, Dict] = {}
     for system in systems:
         present = [seed for seed in seeds if system in per_seed[seed]["systems"]]

@@ -115,17 +115,25 @@ def run_trees(args, system_names: Iterable[str]) -> Tuple[Dict[str, Dict[str, fl
     for name in generated:
         if name not in system_names:
             raise EvaluationError(f"trees given for {name!r}, which is not a --system")
-        gen_trees = read_trees(generated[name], f"generated trees of {name!r}")
-        ref_trees = read_trees(parsed[name], f"parsed trees of {name!r}")
-        try:
-            ref_trees = paired_by_id(generated[name], parsed[name], gen_trees, ref_trees)
-            results[name] = metrics.tree_attachment_scores(ref_trees, gen_trees, ignore_labels=ignore,
-                                                           label_level=args.tree_label_level)
-        except EvaluationError as error:
-            raise EvaluationError(f"trees of {name!r} ({generated[name]} vs {parsed[name]}): {error}") from None
+        results[name], gen_trees = tree_scores(name, generated[name], parsed[name], ignore, args.tree_label_level)
         if tree_for_plot is None and gen_trees:
             tree_for_plot = (name, gen_trees[min(args.tree_index, len(gen_trees) - 1)])
     return results, tree_for_plot
+
+
+def tree_scores(name: str, generated: Path, parsed: Path, ignore_labels: Sequence[str] = (),
+                label_level: str = "full") -> Tuple[Dict[str, float], List[ParsedSentence]]:
+    """UAS/LAS of a system's generated trees against a parser's parse of the same words (paired by sent_id), and
+    the generated trees; EvaluationError naming the system and both files."""
+    gen_trees = read_trees(generated, f"generated trees of {name!r}")
+    ref_trees = read_trees(parsed, f"parsed trees of {name!r}")
+    try:
+        ref_trees = paired_by_id(generated, parsed, gen_trees, ref_trees)
+        scores = metrics.tree_attachment_scores(ref_trees, gen_trees, ignore_labels=list(ignore_labels),
+                                                label_level=label_level)
+    except EvaluationError as error:
+        raise EvaluationError(f"trees of {name!r} ({generated} vs {parsed}): {error}") from None
+    return scores, gen_trees
 
 
 def plot_tree(tree_for_plot: TreeForPlot, out_dir: Path) -> str:

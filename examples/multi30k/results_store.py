@@ -1,0 +1,310 @@
+"""The comparison's results as small committed files, one per finished run, and the tables made from them.
+
+  results/<profile>/<data-bin>/<system>/seed<k>.json         what the run was and what it scored (RunRecord)
+  results/<profile>/<data-bin>/<system>/seed<k>.test.txt.gz  its test translations (text, one per line)
+  results/<profile>/<data-bin>/references.test.txt.gz        the references they are scored against
+
+compare.py writes a run's files once the run has trained, translated test and (a system generating trees) parsed
+its trees. A campaign spans many sessions: each adds runs, none is re-run, and
+
+  python examples/multi30k/results_store.py --profile cpu [--readme README.md --results-doc docs/results.md]
+
+reads every file of the profile and writes the table (mean ± sd over seeds, Welch's test over seeds and each
+seed's paired bootstrap against the baseline of the same seed, parameters, train speed, kept update), the
+generated-trees table, the learning curves of each data-bin (results/<profile>/<data-bin>/curves.{bleu,loss}.png),
+and the sections between `<!-- results:<profile> begin -->` and `<!-- results:<profile> end -->` markers of the
+files given. A run whose files are missing, half-written, made at another budget or that disagree with their hash
+is listed under "Left out" and never averaged in.
+"""
+import argparse
+import gzip
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+from statistics import mean, stdev
+from typing import Dict, List, Optional, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+from fairseq_syntax.evaluation.learning_curves import plot_learning_curves  # noqa: E402
+from fairseq_syntax.evaluation.scoring import evaluate_systems  # noqa: E402
+from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
+
+FORMAT = 1
+RESULTS = REPO / "results"
+BASELINE = "vanilla"
+RECORD_KEYS = ("format", "profile", "data_bin", "system", "seed", "budget", "commands", "code", "machine",
+               "finished", "seconds", "training", "curves", "test", "translations")
+
+
+# ---- writing ---------------------------------------------------------------------------------------------------
+
+def run_paths(root: Path, profile: str, data_bin: str, system: str, seed: int) -> Tuple[Path, Path]:
+    """(record, translations) of one run."""
+    folder = Path(root) / profile / data_bin / system
+    return folder / f"seed{seed}.json", folder / f"seed{seed}.test.txt.gz"
+
+
+def write_gzip_lines(path: Path, lines: List[str]) -> str:
+    """`lines` gzipped (no timestamp, so the same lines give the same bytes); returns the sha256 of the text."""
+    text = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+        f.write(text)
+    return hashlib.sha256(text).hexdigest()
+
+
+def read_gzip_lines(path: Path) -> Tuple[List[str], str]:
+    """(lines, sha256 of the text) of a file written by write_gzip_lines."""
+    text = gzip.decompress(Path(path).read_bytes())
+    # split at "\n" only: str.splitlines also breaks at \x1c-\x1e, \x85 and U+2028, which an undertrained model
+    # does emit inside a line
+    lines = text.decode("utf-8").split("\n")
+    return (lines[:-1] if lines and lines[-1] == "" else lines), hashlib.sha256(text).hexdigest()
+
+
+def store_references(root: Path, profile: str, data_bin: str, references: List[str]) -> None:
+    """The data-bin's test references, once; a later run whose references differ is refused (ValueError)."""
+    path = Path(root) / profile / data_bin / "references.test.txt.gz"
+    if path.exists():
+        stored, _ = read_gzip_lines(path)
+        if stored != references:
+            raise ValueError(f"{path} holds other references than this run's data-bin: one table cannot score both")
+        return
+    write_gzip_lines(path, references)
+
+
+def write_run(root: Path, record: Dict, hypotheses: List[str], references: List[str]) -> Path:
+    """The run's translations, then its record (written last, through a temporary file: a record that exists is
+    complete)."""
+    record_path, translations = run_paths(root, record["profile"], record["data_bin"], record["system"],
+                                          record["seed"])
+    store_references(root, record["profile"], record["data_bin"], references)
+    record = dict(record, format=FORMAT,
+                  translations={"file": translations.name, "sentences": len(hypotheses),
+                                "sha256": write_gzip_lines(translations, hypotheses)})
+    missing = [key for key in RECORD_KEYS if key not in record]
+    if missing:
+        raise ValueError(f"a run record needs {missing}")
+    partial = record_path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.replace(record_path)
+    return record_path
+
+
+# ---- reading ---------------------------------------------------------------------------------------------------
+
+class Run:
+    def __init__(self, record: Dict, hypotheses: List[str]):
+        self.record, self.hypotheses = record, hypotheses
+        self.system, self.seed = record["system"], int(record["seed"])
+
+
+def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
+    """Every complete run of the profile: ({data-bin: {system: {seed: Run}}}, {data-bin: references}, problems).
+    A problem is a run left out, with the reason: an unreadable or incomplete record, a missing or altered
+    translations file, a run of another budget (`budget`: the profile's), a leftover temporary file."""
+    folder = Path(root) / profile
+    runs: Dict[str, Dict[str, Dict[int, Run]]] = {}
+    references: Dict[str, List[str]] = {}
+    problems: List[str] = []
+    if not folder.is_dir():
+        return runs, references, [f"{profile}/: no results of profile {profile} yet"]
+    for partial in sorted(folder.glob("*/*/seed*.json.tmp")):
+        problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
+    for path in sorted(folder.glob("*/*/seed*.json")):
+        name = path.relative_to(root)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            problems.append(f"{name}: unreadable ({error})")
+            continue
+        missing = [key for key in RECORD_KEYS if key not in record]
+        if missing:
+            problems.append(f"{name}: incomplete record (no {', '.join(missing)})")
+            continue
+        if record["format"] != FORMAT:
+            problems.append(f"{name}: format {record['format']}, this code reads {FORMAT}")
+            continue
+        if budget is not None and record["budget"] != budget:
+            problems.append(f"{name}: made at budget {record['budget']}, the profile's is {budget}")
+            continue
+        translations = path.parent / record["translations"]["file"]
+        if not translations.exists():
+            problems.append(f"{name}: its translations {translations.name} are missing")
+            continue
+        try:
+            hypotheses, digest = read_gzip_lines(translations)
+        except (OSError, EOFError, ValueError) as error:
+            problems.append(f"{name}: its translations {translations.name} are unreadable ({error})")
+            continue
+        if digest != record["translations"]["sha256"] or len(hypotheses) != record["translations"]["sentences"]:
+            problems.append(f"{name}: its translations {translations.name} are not the ones it scored (sha256)")
+            continue
+        data_bin = record["data_bin"]
+        if data_bin not in references:
+            reference_file = folder / data_bin / "references.test.txt.gz"
+            if not reference_file.exists():
+                problems.append(f"{name}: no references for {data_bin} ({reference_file.name})")
+                continue
+            references[data_bin], _ = read_gzip_lines(reference_file)
+        if len(hypotheses) != len(references[data_bin]):
+            problems.append(f"{name}: {len(hypotheses)} translations for {len(references[data_bin])} references")
+            continue
+        runs.setdefault(data_bin, {}).setdefault(record["system"], {})[int(record["seed"])] = Run(record, hypotheses)
+    return runs, references, problems
+
+
+# ---- the tables ------------------------------------------------------------------------------------------------
+
+def summarize_bin(systems: Dict[str, Dict[int, Run]], references: List[str], baseline: str = BASELINE):
+    """Per seed, the evaluator's scores of every system that has that seed (paired bootstrap against the
+    baseline's run of the same seed, when there is one); then mean ± sd over seeds and Welch's test."""
+    seeds = sorted({seed for by_seed in systems.values() for seed in by_seed})
+    per_seed = {}
+    for seed in seeds:
+        present = {system: by_seed[seed].hypotheses for system, by_seed in systems.items() if seed in by_seed}
+        per_seed[seed] = evaluate_systems(present, [references], baseline=baseline if baseline in present else None)
+    return per_seed, summarize_seeds(per_seed, baseline if baseline in systems else None)
+
+
+def system_order(systems, preferred: List[str]) -> List[str]:
+    return [s for s in preferred if s in systems] + sorted(s for s in systems if s not in preferred)
+
+
+def number_text(value, digits=0) -> str:
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str]) -> List[str]:
+    rows = ["| system | seeds | parameters | BLEU mean ± sd | p (Welch, vs vanilla) | BLEU per seed (95% CI; p, "
+            "paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | kept update per seed | "
+            "train target tokens/s |", "|---" * 11 + "|"]
+    for system in order:
+        entry, by_seed = summary[system], systems[system]
+        runs = []
+        for run in entry["bleu_runs"]:
+            text = f"{run['score']:.2f}" + (f" ± {run['ci']:.2f}" if run["ci"] is not None else "")
+            if run["p_value"] is not None and system != BASELINE:
+                text += f" (p {run['p_value']:.3f}{' *' if run['p_value'] < 0.05 else ''})"
+            runs.append(text)
+        if entry["p_value"] is not None:
+            test = f"{entry['p_value']:.3f}{' *' if entry['p_value'] < 0.05 else ''}"
+        else:
+            test = "baseline" if system == BASELINE else ("n/a (one seed)" if len(entry["seeds"]) < 2 else "n/a")
+        training = [by_seed[seed].record["training"] for seed in entry["seeds"]]
+        parameters = {t.get("parameters") for t in training}
+        speeds = [t["target_tokens_per_second"] for t in training if t.get("target_tokens_per_second")]
+        rows.append(f"| {system} | {len(entry['seeds'])} | "
+                    f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
+                    f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {mean_sd_text(entry['chrf++'])} | "
+                    f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
+                    f"{', '.join(number_text(t.get('kept_update')) for t in training)} | "
+                    f"{number_text(mean(speeds)) if speeds else '?'} |")
+    return rows
+
+
+def trees_rows(systems: Dict[str, Dict[int, Run]], order: List[str]) -> List[str]:
+    rows = []
+    for system in order:
+        scored = [run.record["test"]["trees"] for _, run in sorted(systems[system].items())
+                  if run.record["test"].get("trees")]
+        if not scored:
+            continue
+        cells = []
+        for metric in ("uas", "las"):
+            values = [t[metric] for t in scored]
+            cells.append(mean_sd_text({"mean": mean(values), "sd": stdev(values) if len(values) > 1 else None}))
+        rows.append(f"| {system} | {scored[0].get('parser', '?')} | {len(scored)} | {cells[0]} | {cells[1]} | "
+                    f"{', '.join(str(t['words']) for t in scored)} |")
+    if not rows:
+        return []
+    return ["| system | parser of the trees | seeds | UAS mean ± sd | LAS mean ± sd | words per seed |",
+            "|---" * 6 + "|", *rows]
+
+
+def machine_text(machine: Dict) -> str:
+    precision = f", {machine['precision']}" if machine.get("precision") else ""
+    return f"{machine['name']}{precision}, {machine['jobs']} job(s) of {machine['threads']} thread(s)"
+
+
+def profile_report(root: Path, profile: str, preferred: List[str], budget: Optional[Dict] = None,
+                   plots: bool = True) -> str:
+    """The markdown of every data-bin of the profile's results (and, with `plots`, the learning curves beside
+    them)."""
+    runs, references, problems = load_runs(root, profile, budget)
+    parts = []
+    for data_bin in sorted(runs):
+        systems = runs[data_bin]
+        order = system_order(systems, preferred)
+        _, summary = summarize_bin(systems, references[data_bin])
+        first = next(iter(next(iter(systems.values())).values())).record
+        machines = sorted({machine_text(run.record["machine"]) for by_seed in systems.values()
+                           for run in by_seed.values()})
+        parts.append(f"**{data_bin}** (test2016, {len(references[data_bin])} sentences; budget "
+                     f"{json.dumps(first['budget'])}; {', '.join(machines)})\n")
+        parts.append("\n".join(bin_table(data_bin, systems, summary, order)) + "\n")
+        trees = trees_rows(systems, order)
+        if trees:
+            parts.append("Generated trees, against the target parser's parse of the same words:\n\n"
+                         + "\n".join(trees) + "\n")
+        if plots:
+            curves = {system: {seed: run.record["curves"] for seed, run in sorted(systems[system].items())}
+                      for system in order}
+            for metric in ("bleu", "loss"):
+                plot_learning_curves(curves, Path(root) / profile / data_bin / f"curves.{metric}.png", metric,
+                                     title=f"{data_bin}: valid {'BLEU' if metric == 'bleu' else 'loss'} against "
+                                           f"updates ({profile}; mean over seeds, band: min-max)")
+        parts.append(f"Learning curves: `results/{profile}/{data_bin}/curves.bleu.png`, `curves.loss.png`.\n")
+    if not runs:
+        parts.append(f"No complete run of profile {profile} yet.\n")
+    if problems:
+        parts.append("Left out (not averaged in):\n\n" + "\n".join(f"- {p}" for p in problems) + "\n")
+    return "\n".join(parts)
+
+
+def replace_section(path: Path, profile: str, text: str) -> bool:
+    """Put `text` between the profile's markers in `path`; False when the file has no such markers."""
+    begin, end = f"<!-- results:{profile} begin -->", f"<!-- results:{profile} end -->"
+    content = Path(path).read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(content):
+        return False
+    Path(path).write_text(pattern.sub(lambda _: f"{begin}\n{text.rstrip()}\n{end}", content), encoding="utf-8")
+    return True
+
+
+def section(path: Path, profile: str) -> Optional[str]:
+    """The text between the profile's markers in `path` (None without markers)."""
+    begin, end = f"<!-- results:{profile} begin -->", f"<!-- results:{profile} end -->"
+    match = re.search(re.escape(begin) + r"\n(.*?)\n" + re.escape(end), Path(path).read_text(encoding="utf-8"),
+                      re.DOTALL)
+    return match.group(1) if match else None
+
+
+def main(argv=None):
+    from profiles import load_profile
+    from systems import MULTI30K_SYSTEMS
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu", help="a profile of examples/multi30k/profiles/ or a .toml path")
+    parser.add_argument("--results", default=str(RESULTS), help="the results folder (default: results/)")
+    parser.add_argument("--readme", help="a file with the profile's markers to update (e.g. README.md)")
+    parser.add_argument("--results-doc", help="another such file (e.g. docs/results.md)")
+    parser.add_argument("--no-plots", action="store_true", help="the tables only")
+    args = parser.parse_args(argv)
+    profile = load_profile(args.profile, list(MULTI30K_SYSTEMS))
+    text = profile_report(Path(args.results), profile.name, list(MULTI30K_SYSTEMS), profile.budget_record(),
+                          plots=not args.no_plots)
+    for target in (args.readme, args.results_doc):
+        if target and not replace_section(Path(target), profile.name, text):
+            raise SystemExit(f"{target} has no <!-- results:{profile.name} begin/end --> markers")
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    main()
