@@ -112,7 +112,7 @@ def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
     references: Dict[str, List[str]] = {}
     problems: List[str] = []
     if not folder.is_dir():
-        return runs, references, [f"{profile}/: no results of profile {profile} yet"]
+        return runs, references, []  # nothing run yet: profile_report says so
     for partial in sorted(folder.glob("*/*/seed*.json.tmp")):
         problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
     for path in sorted(folder.glob("*/*/seed*.json")):
