@@ -51,7 +51,7 @@ from fairseq_syntax.data.dependency_distributions import (
 from fairseq_syntax.data.label_groups import SCHEMES, format_table
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
 from fairseq_syntax.data.transition_channels import (
-    TRANSITION_CHANNELS, transition_sequence, transition_syntax, word_rule,
+    TRANSITION_CHANNELS, transition_sequence, transition_syntaxes, word_rule,
 )
 from fairseq_syntax.data.transitions import (
     ATTACHED_MARK, NO_WORD, ROOT_LABEL, InvalidTreeError, crossing_arcs, is_arc, projectivize, transition_vocabulary,
@@ -577,8 +577,9 @@ class Preprocessor:
                     scheme = self.parsers[src].label_scheme if ldd else None
                     writer = SyntaxChannelWriter(args.destdir, data.name, src, tgt, lang, channels)
                     if lang == tgt and args.target_transitions:
-                        for tokens, ids in zip(pieces[lang], word_ids[lang]):
-                            writer.add(transition_syntax(tokens, ids, label_dicts[lang]))
+                        for syntax in transition_syntaxes(pieces[lang], word_ids[lang], label_dicts[lang],
+                                                          word_rule(args.word_vocabulary)):
+                            writer.add(syntax)
                     else:
                         for tree, ids in zip(data.trees[lang], word_ids[lang]):
                             writer.add(tree_syntax(tree, ids, label_dicts[lang], channels, scheme))

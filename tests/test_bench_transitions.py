@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fairseq_syntax.data.transitions import ATTACHED_MARK, vocabulary_classes
-from fairseq_syntax.tasks.constrained_generation import prefix_state, transition_mask
+from fairseq_syntax.data.transition_function import TransitionScan
+from fairseq_syntax.tasks.constrained_generation import transition_mask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from target_words import forced_lengths, target_token_counts, word_share  # noqa: E402
@@ -73,8 +74,8 @@ def _always_allowed(classes, max_len, min_len):
         for row, prefix in enumerate(prefixes):
             for token in moves:
                 if allowed[row, token]:
-                    after = prefix_state(torch.tensor([prefix + [token]]), classes)
-                    key = (int(after.stack), bool(after.open), bool(getattr(after, "bare", torch.tensor(False))))
+                    after = TransitionScan.of(torch.tensor([prefix[1:] + [token]]), classes)
+                    key = (int(after.depth), bool(after.open), bool(after.bare))
                     following.setdefault(key, prefix + [token])
         if not following:
             return True

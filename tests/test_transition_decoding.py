@@ -239,7 +239,7 @@ def test_random_model_only_makes_valid_projective_trees(transition_bin, tmp_path
         assert is_projective([token["head"] for token in sentence])
 
 
-def test_mask_is_applied_to_every_beam_at_every_step(transition_bin):
+def test_mask_is_applied_to_every_beam_at_every_step(transition_bin, monkeypatch):
     """Brute force: at every step, for every row of the beam, the tokens left finite are exactly those the Python
     validity function (with the remaining length budget) allows after that row's prefix."""
     _, destdir, _ = transition_bin
@@ -256,7 +256,12 @@ def test_mask_is_applied_to_every_beam_at_every_step(transition_bin):
 
     ensemble.forward_decoder = recording
     sample = next(iter(batches(task, size=3)))
+    from fairseq_syntax.data.transition_function import TransitionScan
+    rebuilt = []  # the state is made from a whole prefix once (step 0), then extended and reordered with the beam
+    whole_prefix = TransitionScan.of
+    monkeypatch.setattr(TransitionScan, "of", lambda *args: rebuilt.append(args[0].shape) or whole_prefix(*args))
     task.inference_step(generator, [model], sample)
+    assert len(rebuilt) == 1 and rebuilt[0][1] == 0, rebuilt
     symbols = task.target_dictionary.symbols
     classes = [token_class(symbol) for symbol in symbols]
     steps = set()

@@ -10,6 +10,7 @@ import random
 import string
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 import conllu
@@ -20,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairseq_syntax.data import transitions as tr
+from fairseq_syntax.data.transition_function import TransitionScan
 from fairseq_syntax.data.transitions import (
     EOS,
     LEFT_ARC,
@@ -28,7 +30,6 @@ from fairseq_syntax.data.transitions import (
     WORD_ATTACHED,
     WORD_CONTINUE,
     WORD_START,
-    BatchTransitionState,
     InvalidTransitionError,
     InvalidTreeError,
     NonProjectiveError,
@@ -704,8 +705,9 @@ def test_random_sequences_and_invalid_steps():
 
 
 def test_batched_mask_agrees_with_the_validity_function():
-    """B hypotheses stepped together: the batched mask equals, row by row, the Python validity function (with and
-    without a per-row length budget); `valid` flags random (often invalid) picks; `update` follows the picks."""
+    """B hypotheses stepped together by the batched transition function (TransitionScan): its mask equals, row by
+    row, the Python validity function (with and without a per-row length budget) and flags random (often
+    invalid) picks; `extend` follows the picks."""
     torch.manual_seed(0)
     rng = random.Random(7)
     vocab_class = tr.vocabulary_classes(VOCAB)
@@ -714,7 +716,7 @@ def test_batched_mask_agrees_with_the_validity_function():
     for _ in range(5):
         limits = [rng.randint(1, 25) for _ in range(batch)]
         states = [TransitionState() for _ in range(batch)]
-        batched = BatchTransitionState.initial(batch)
+        batched = TransitionScan.initial(batch)
         for t in range(26):
             remaining = torch.tensor([limit - t for limit in limits])
             for budget in (None, remaining):
@@ -725,8 +727,8 @@ def test_batched_mask_agrees_with_the_validity_function():
                     assert mask[b].tolist() == [VOCAB_CLASS[i] in allowed for i in range(len(VOCAB))], (b, t)
             # random picks: valid() says which are allowed
             picks = torch.randint(len(VOCAB), (batch,))
-            assert batched.valid(picks, vocab_class).tolist() == [
-                VOCAB_CLASS[int(p)] in s.allowed() for p, s in zip(picks, states)]
+            valid = batched.allowed_classes().gather(1, vocab_class[picks].unsqueeze(1)).squeeze(1)
+            assert valid.tolist() == [VOCAB_CLASS[int(p)] in s.allowed() for p, s in zip(picks, states)]
             # follow a valid pick where there is one (unfinished rows), padding elsewhere
             chosen = []
             for state in states:
@@ -737,8 +739,9 @@ def test_batched_mask_agrees_with_the_validity_function():
             for b, index in enumerate(chosen):
                 if VOCAB_CLASS[index] != OTHER:
                     states[b].step(VOCAB[index])
-            batched = batched.update(torch.tensor(chosen), vocab_class)
-            assert batched.stack.tolist() == [len(s.stack) for s in states]
+            batched = batched.extend(torch.tensor(chosen).unsqueeze(1), vocab_class)
+            assert batched.depth.tolist() == [len(s.stack) for s in states]
+            assert [row[:len(s.stack)] for row, s in zip(batched.stack.tolist(), states)] == [s.stack for s in states]
             assert batched.open.tolist() == [s.open for s in states]
             assert batched.finished.tolist() == [s.finished for s in states]
             assert batched.num_words.tolist() == [s.num_words for s in states]
@@ -746,7 +749,7 @@ def test_batched_mask_agrees_with_the_validity_function():
         # reordering (beam search) keeps rows together
         order = torch.randperm(batch)
         moved = batched.index_select(order)
-        assert moved.stack.tolist() == [len(states[int(i)].stack) for i in order]
+        assert moved.depth.tolist() == [len(states[int(i)].stack) for i in order]
 
 
 def test_budget_always_lets_the_beam_finish():
@@ -756,7 +759,7 @@ def test_budget_always_lets_the_beam_finish():
     vocab_class = tr.vocabulary_classes(VOCAB)
     batch = 128
     limits = torch.tensor([rng.randint(2, 30) for _ in range(batch)])
-    batched = BatchTransitionState.initial(batch)
+    batched = TransitionScan.initial(batch)
     states = [TransitionState() for _ in range(batch)]
     for t in range(31):
         remaining = limits - t
@@ -771,15 +774,14 @@ def test_budget_always_lets_the_beam_finish():
             if not state.finished:
                 assert VOCAB_CLASS[int(picks[b])] in state.allowed(int(remaining[b]))
                 state.step(VOCAB[int(picks[b])])
-        batched = batched.update(picks, vocab_class)
+        batched = batched.extend(picks.unsqueeze(1), vocab_class)
     assert all(s.finished for s in states) and bool(batched.finished.all())
     for state, limit in zip(states, limits.tolist()):
         assert len(state.tokens) <= limit and state.tokens[-1] == "</s>"
         assert tr.is_valid_sequence(state.tokens[:-1])
     assert batched.tokens_to_finish().tolist() == [0] * batch
-    assert BatchTransitionState(torch.tensor([0, 1, 4]), torch.tensor([False, True, False]),
-                                torch.tensor([False] * 3), torch.tensor([0, 1, 4]),
-                                torch.tensor([False] * 3)).tokens_to_finish().tolist() == [2, 1, 4]
+    assert replace(TransitionScan.initial(3), depth=torch.tensor([0, 1, 4]),
+                   open=torch.tensor([False, True, False])).tokens_to_finish().tolist() == [2, 1, 4]
 
 
 @settings(max_examples=200, deadline=None)
@@ -798,8 +800,8 @@ def test_budget_matches_brute_force_search(classes, remaining):
         tokens.append(spelled[move])
     assert tr.allowed_next(tokens, remaining=remaining) == reference_allowed(reference_classes(tokens), remaining)
     stack, is_open, bare = state
-    batched = BatchTransitionState(torch.tensor([stack]), torch.tensor([is_open]), torch.tensor([False]),
-                                   torch.tensor([0]), torch.tensor([bare]))
+    batched = replace(TransitionScan.initial(1), depth=torch.tensor([stack]), open=torch.tensor([is_open]),
+                      bare=torch.tensor([bare]))
     allowed = batched.allowed_classes(remaining)[0].tolist()
     assert {c for c in ALL_MOVES if allowed[c]} == reference_allowed(reference_classes(tokens), remaining)
 

@@ -19,8 +19,8 @@ import numpy as np
 
 from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, register_channel
 from .transitions import (
-    EDGE_TO_TRANSITION, every_piece_is_a_word, mark_attached_words, oracle, starts_with_word_mark,
-    transition_edges,
+    EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD, every_piece_is_a_word, mark_attached_words, oracle,
+    starts_with_word_mark, vocabulary_classes, vocabulary_labels,
 )
 
 EDGES_CHANNEL, EDGE_LABELS_CHANNEL = "transition_edges", "transition_edge_labels"
@@ -54,9 +54,43 @@ def transition_sequence(heads: Sequence[int], labels: Sequence[str], pieces: Seq
     return sequence.tokens, sequence.word_ids
 
 
-def transition_syntax(tokens: Sequence[str], word_ids: Sequence[int], label_dict: LabelDictionary) -> SentenceSyntax:
-    """The transition channels of one target sentence."""
-    edges = transition_edges(tokens, word_ids, label_index=lambda label: label_dict.encode(label))
-    rows = np.stack([edges.source, edges.target, edges.step, edges.kind], axis=1).astype(np.int64)
-    return SentenceSyntax(**{EDGES_CHANNEL: rows.reshape(-1),
-                             EDGE_LABELS_CHANNEL: edges.label.astype(np.int64).reshape(-1)})
+def transition_syntaxes(sequences: Sequence[Sequence[str]], word_ids: Sequence[Sequence[int]],
+                        label_dict: LabelDictionary, word_initial=starts_with_word_mark,
+                        batch_size: int = 256) -> List[SentenceSyntax]:
+    """The transition channels of target sentences (their transition tokens and the word of each piece, NO_WORD on
+    arcs, as transition_sequence gives them), from the batched transition function (transition_function.py) that
+    training and decoding use: the graph of each sequence as edge rows ordered by (step, kind, source, target), the
+    order of transitions.transition_edges. Raises ValueError where the words the function reads differ from the
+    given ones (the attached-word marks failed)."""
+    import torch
+
+    from .transition_function import TransitionScan
+
+    out: List[SentenceSyntax] = []
+    for start in range(0, len(sequences), batch_size):
+        chunk, chunk_ids = sequences[start:start + batch_size], word_ids[start:start + batch_size]
+        symbols = sorted({token for tokens in chunk for token in tokens}) + ["<pad>"]
+        index = {symbol: i for i, symbol in enumerate(symbols)}
+        classes = vocabulary_classes(symbols, word_initial)
+        labels = vocabulary_labels(symbols, lambda label: label_dict.encode(label))
+        width = max((len(tokens) for tokens in chunk), default=0)
+        ids = torch.full((len(chunk), width), index["<pad>"], dtype=torch.long)
+        for row, tokens in enumerate(chunk):
+            ids[row, :len(tokens)] = torch.tensor([index[token] for token in tokens], dtype=torch.long)
+        scan = TransitionScan.of(ids, classes, labels)
+        steps = scan.parent_steps()
+        for row, (tokens, given) in enumerate(zip(chunk, chunk_ids)):
+            n = len(tokens)
+            if scan.word[row, :n].tolist() != [int(w) for w in given]:
+                raise ValueError(f"transition sequence {start + row}: the words read from the tokens differ from "
+                                 f"the given ones ({' '.join(tokens)})")
+            target, source = (steps[row, :n, :n] >= 0).nonzero(as_tuple=True)
+            step = steps[row, target, source]
+            is_arc = scan.head[row, :n] >= 0
+            kind = torch.where(is_arc[source], EDGE_FROM_TRANSITION,
+                               torch.where(is_arc[target], EDGE_TO_TRANSITION, EDGE_WORD))
+            order = np.lexsort((target.numpy(), source.numpy(), kind.numpy(), step.numpy()))
+            rows = torch.stack([source, target, step, kind], dim=1).numpy()[order]
+            out.append(SentenceSyntax(**{EDGES_CHANNEL: rows.astype(np.int64).reshape(-1),
+                                         EDGE_LABELS_CHANNEL: scan.label[row, step].numpy()[order].astype(np.int64)}))
+    return out

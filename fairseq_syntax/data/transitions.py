@@ -1,7 +1,8 @@
 """The transition system of Choshen & Abend's target-syntax decoder ("Enhancing the Transformer Decoder with
-Transition-based Syntax", §3 and appendix B "Transitions"): one module for preprocessing (the oracle), training
-(the graph of every prefix as one edge list), decoding (a batched validity mask for beam search) and output (trees
-and CoNLL-U).
+Transition-based Syntax", §3 and appendix B "Transitions"): the system, its oracle (preprocessing), the transition
+function and validity function in plain Python (`TransitionState`: the readable reference, and what turns a
+finished sequence into a tree and CoNLL-U), and the class of every vocabulary symbol. The batched, on-device
+transition function that training and beam search call is transition_function.TransitionScan.
 
 The system. Arc-standard (Nivre 2003) in which SHIFT is replaced by generating the next subword piece:
   piece t          a word-initial piece pushes a new word; a continuation piece is appended to the word on top
@@ -57,7 +58,7 @@ continuation piece k + 1, an arc k, EOS 1, an attached-word mark k + 3 (the mark
 finish); so when remaining == k only arcs (or EOS at k == 1) are allowed. If the current state can finish within
 `remaining`, at least one move is always allowed.
 
-Pure Python (oracle, f, validity, trees) plus torch for the batched mask; no parser or model imports.
+Pure Python (oracle, f, validity, trees) plus torch for the vocabulary's classes; no parser or model imports.
 """
 import re
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ ROOT_LABEL = "root"  # UD's label of the root word (its edge is deleted from the
 NO_WORD = -1  # word id of an arc token (the project's convention for columns that are not pieces)
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "<unk>")  # never valid as a generated token (`vocabulary_classes`)
 
-# token classes (shared by the Python validity function and the batched mask)
+# token classes (shared by the Python validity function and the batched one, transition_function.py)
 WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_ATTACHED = range(7)
 NUM_CLASSES = 7
 CLASS_NAMES = ("word-initial piece", "continuation piece", "LEFT-ARC", "RIGHT-ARC", "EOS", "other",
@@ -799,7 +800,7 @@ def to_conllu(tokens: Sequence[str], word_ids: Optional[Sequence[int]] = None, r
     return "\n".join(lines) + "\n\n"
 
 
-# ---- batched validity for beam search (torch) -----------------------------------------------------------------
+# ---- the vocabulary's classes for the batched function (transition_function.py) ------------------------------
 
 def vocabulary_classes(symbols: Sequence[str], word_initial: WordRule = starts_with_word_mark,
                        eos: str = EOS_SYMBOL, specials: Sequence[str] = FAIRSEQ_SPECIALS,
@@ -811,78 +812,13 @@ def vocabulary_classes(symbols: Sequence[str], word_initial: WordRule = starts_w
     return torch.tensor(classes, dtype=torch.long, device=device)
 
 
-@dataclass
-class BatchTransitionState:
-    """The validity state of B hypotheses as tensors (B,): `stack` (words on the stack), `open` (the latest token
-    is a piece, so a continuation piece may follow), `finished` (EOS taken), `num_words` (words generated), `bare`
-    (the latest token is an attached-word mark: only a continuation piece may follow)."""
-
-    stack: Tensor
-    open: Tensor
-    finished: Tensor
-    num_words: Tensor
-    bare: Tensor
-
-    @classmethod
-    def initial(cls, batch_size: int, device: Optional[torch.device] = None) -> "BatchTransitionState":
-        zeros = torch.zeros(batch_size, dtype=torch.long, device=device)
-        no = torch.zeros(batch_size, dtype=torch.bool, device=device)
-        return cls(zeros, no, no.clone(), zeros.clone(), no.clone())
-
-    def tokens_to_finish(self) -> Tensor:
-        """(B,) the fewest tokens (EOS included) that complete each unfinished hypothesis (0 when finished)."""
-        needed = torch.where(self.stack == 0, torch.full_like(self.stack, 2), self.stack)
-        return needed.masked_fill(self.finished, 0)
-
-    def index_select(self, order: Tensor) -> "BatchTransitionState":
-        """Reorder / repeat hypotheses (beam search's reorder_incremental_state)."""
-        return BatchTransitionState(self.stack.index_select(0, order), self.open.index_select(0, order),
-                                    self.finished.index_select(0, order), self.num_words.index_select(0, order),
-                                    self.bare.index_select(0, order))
-
-    def allowed_classes(self, remaining: Union[None, int, Tensor] = None) -> Tensor:
-        """(B, NUM_CLASSES) bool: the validity function per hypothesis (TransitionState.allowed, batched)."""
-        live = ~self.finished
-        free = live & ~self.bare  # after a mark only a continuation piece
-        stack = self.stack
-        allowed = torch.stack([
-            free,
-            live & self.open,
-            free & (stack >= 2),
-            free & (stack >= 2),
-            free & (stack == 1),
-            torch.zeros_like(live),
-            free,
-        ], dim=1)
-        if remaining is not None:
-            remaining = torch.as_tensor(remaining, device=stack.device)
-            budget = torch.stack([remaining >= stack + 2, remaining >= stack + 1, remaining >= stack,
-                                  remaining >= stack, (remaining >= 1).expand_as(stack),
-                                  torch.zeros_like(live), remaining >= stack + 3], dim=1)
-            allowed = allowed & budget
-        return allowed
-
-    def mask(self, token_class: Tensor, remaining: Union[None, int, Tensor] = None) -> Tensor:
-        """(B, V) bool, True where the token may come next; `token_class` from vocabulary_classes. Use as
-        lprobs.masked_fill_(~mask, -inf). A finished row allows nothing (fairseq drops finished hypotheses)."""
-        return self.allowed_classes(remaining)[:, token_class]
-
-    def valid(self, token_ids: Tensor, token_class: Tensor, remaining: Union[None, int, Tensor] = None) -> Tensor:
-        """(B,) bool: whether each hypothesis's chosen token is allowed."""
-        classes = token_class[token_ids]
-        return self.allowed_classes(remaining).gather(1, classes.unsqueeze(1)).squeeze(1)
-
-    def update(self, token_ids: Tensor, token_class: Tensor) -> "BatchTransitionState":
-        """The state after each hypothesis takes token_ids (B,); tokens are assumed valid (`valid`). A token of
-        class OTHER changes nothing."""
-        classes = token_class[token_ids]
-        marked = classes == WORD_ATTACHED
-        start = (classes == WORD_START) | marked
-        arc = (classes == LEFT_ARC) | (classes == RIGHT_ARC)
-        eos = classes == EOS
-        piece = start | (classes == WORD_CONTINUE)
-        stack = self.stack + start.long() - arc.long()
-        is_open = torch.where(piece, torch.ones_like(self.open), self.open & ~(arc | eos))
-        other = classes == OTHER
-        bare = torch.where(other, self.bare, marked)
-        return BatchTransitionState(stack, is_open, self.finished | eos, self.num_words + start.long(), bare)
+def vocabulary_labels(symbols: Sequence[str], label_index: Union[Mapping[str, int], Callable[[str], int]],
+                      device: Optional[torch.device] = None) -> Tensor:
+    """(V,) int64: the label id (`label_index`, e.g. the data-bin's label dictionary) of every arc symbol, -1 for
+    every other symbol."""
+    encode = label_index if callable(label_index) else label_index.__getitem__
+    labels = []
+    for symbol in symbols:
+        arc = parse_arc(symbol)
+        labels.append(-1 if arc is None else int(encode(arc[1])))
+    return torch.tensor(labels, dtype=torch.long, device=device)

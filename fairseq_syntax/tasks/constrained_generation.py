@@ -2,13 +2,14 @@
 probability at every step (data/transitions.py, "Budget" and the validity function), for a data-bin whose target
 tokens are transition sequences (`--target-transitions`).
 
-The hook is the EnsembleModel's forward_decoder: it receives every hypothesis's whole prefix (BOS + the tokens so
-far, rows already in the beam's current order), so the validity state of every row is recomputed from its prefix
-with a few vectorised reductions over (rows, prefix length) (`prefix_state`): nothing is carried between steps, so
-nothing has to follow fairseq's reordering of the beam (reorder_incremental_state) or its removal of finished
-sentences. The mask is BatchTransitionState.mask with the remaining budget of fairseq's max_len: fairseq forces EOS
-at step max_len, so at step s a hypothesis may still produce max_len - s + 1 tokens (EOS included); a hypothesis
-that has followed the mask can always finish within it (it never runs into the length limit with no valid move).
+The hook is the EnsembleModel's forward_decoder, which receives every hypothesis's whole prefix (BOS + the tokens
+so far, rows already in the beam's current order). The state of every row is the batched transition function's
+(data/transition_function.py), kept in the ensemble's incremental state: each step extends it by the newest
+column, and reorder_incremental_state reorders it with the beam (and drops finished sentences with it); when what
+is kept does not fit the prefix (a new batch, a forced prefix), it is made again from the whole prefix. The mask
+is the scan's validity function with the remaining budget of fairseq's max_len: fairseq forces EOS at step
+max_len, so at step s a hypothesis may still produce max_len - s + 1 tokens (EOS included); a hypothesis that has
+followed the mask can always finish within it (it never runs into the length limit with no valid move).
 """
 import math
 from typing import Optional
@@ -18,27 +19,9 @@ from torch import Tensor
 
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
-from ..data.transitions import (
-    EOS, LEFT_ARC, RIGHT_ARC, WORD_ATTACHED, WORD_CONTINUE, WORD_START, BatchTransitionState,
-)
+from ..data.transition_function import TransitionScan
 
-
-def prefix_state(prefix: Tensor, token_class: Tensor) -> BatchTransitionState:
-    """The validity state of each row of `prefix` (B, 1 + n): column 0 is fairseq's BOS, the others the tokens
-    generated so far. `token_class` (V,) from transitions.vocabulary_classes."""
-    classes = token_class[prefix[:, 1:]]
-    starts = classes.eq(WORD_START) | classes.eq(WORD_ATTACHED)
-    arcs = classes.eq(LEFT_ARC) | classes.eq(RIGHT_ARC)
-    num_words = starts.sum(1)
-    stack = num_words - arcs.sum(1)
-    if classes.size(1):
-        last = classes[:, -1]
-        bare = last.eq(WORD_ATTACHED)
-        is_open = last.eq(WORD_START) | last.eq(WORD_CONTINUE) | bare
-    else:
-        bare = is_open = torch.zeros(prefix.size(0), dtype=torch.bool, device=prefix.device)
-    finished = classes.eq(EOS).any(1)
-    return BatchTransitionState(stack, is_open, finished, num_words, bare)
+SCAN_KEY = "transition_scan"  # the ensemble's entry in the first model's incremental state
 
 
 def _remaining(prefix: Tensor, max_len: Optional[int]) -> Optional[int]:
@@ -47,18 +30,18 @@ def _remaining(prefix: Tensor, max_len: Optional[int]) -> Optional[int]:
 
 
 def transition_mask(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None) -> Tensor:
-    """(B, V) bool, True where the next token is allowed after each row of `prefix` (see prefix_state), with the
-    budget of fairseq's max_len (None: no length limit)."""
-    return prefix_state(prefix, token_class).mask(token_class, _remaining(prefix, max_len))
+    """(B, V) bool, True where the next token is allowed after each row of `prefix` (B, 1 + n: fairseq's BOS, then
+    the tokens so far), with the budget of fairseq's max_len (None: no length limit)."""
+    return TransitionScan.of(prefix[:, 1:], token_class).mask(token_class, _remaining(prefix, max_len))
 
 
-def transition_penalty(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None,
+def transition_penalty(scan: TransitionScan, token_class: Tensor, remaining: Optional[int] = None,
                        dtype: torch.dtype = torch.float32) -> Tensor:
-    """(B, V): 0 where transition_mask allows the token, -inf elsewhere, to be added to log-probabilities. Built per
-    class (B, NUM_CLASSES) and spread over the vocabulary with one index_select (bench/timed_generate.py measures
-    the masks' share of generation time)."""
-    allowed = prefix_state(prefix, token_class).allowed_classes(_remaining(prefix, max_len))
-    per_class = torch.zeros(allowed.shape, dtype=dtype, device=prefix.device).masked_fill_(~allowed, -math.inf)
+    """(B, V): 0 where the scan's validity function allows the token, -inf elsewhere, to be added to
+    log-probabilities. Built per class (B, NUM_CLASSES) and spread over the vocabulary with one index_select
+    (bench/timed_generate.py measures the masks' share of generation time)."""
+    allowed = scan.allowed_classes(remaining)
+    per_class = torch.zeros(allowed.shape, dtype=dtype, device=token_class.device).masked_fill_(~allowed, -math.inf)
     return per_class.index_select(1, token_class)
 
 
@@ -70,14 +53,34 @@ class TransitionMaskedEnsemble(EnsembleModel):
         self.token_class = token_class
         self.max_len: Optional[int] = None  # set by TransitionSequenceGenerator for every batch
 
+    def prefix_scan(self, tokens: Tensor, incremental_states) -> TransitionScan:
+        """The transition state of every row of `tokens` (B, 1 + n), extended from the one kept for its first n - 1
+        tokens when that fits, else made from the whole prefix."""
+        generated = tokens[:, 1:]
+        store = incremental_states[0] if incremental_states else {}
+        kept = store.get(SCAN_KEY)
+        if kept is not None and kept.length == generated.size(1) - 1 and kept.depth.size(0) == tokens.size(0):
+            scan = kept.extend(generated[:, -1:], self.token_class)
+        else:
+            scan = TransitionScan.of(generated, self.token_class)
+        store[SCAN_KEY] = scan
+        return scan
+
     def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
         if self.token_class.device != tokens.device:
             self.token_class = self.token_class.to(tokens.device)
+        scan = self.prefix_scan(tokens, incremental_states)
         # added into the fresh penalty tensor: one (B, V) allocation per step (the bool-mask masked_fill took four
         # times as long, mostly allocating: 18 vs 4.7 ms for 320 rows x 8,104 symbols on one CPU thread)
-        penalty = transition_penalty(tokens, self.token_class[:lprobs.size(-1)], self.max_len, lprobs.dtype)
+        penalty = transition_penalty(scan, self.token_class[:lprobs.size(-1)], _remaining(tokens, self.max_len),
+                                     lprobs.dtype)
         return penalty.add_(lprobs), attn
+
+    def reorder_incremental_state(self, incremental_states, new_order):
+        super().reorder_incremental_state(incremental_states, new_order)
+        if incremental_states and incremental_states[0].get(SCAN_KEY) is not None:
+            incremental_states[0][SCAN_KEY] = incremental_states[0][SCAN_KEY].index_select(new_order)
 
 
 class TransitionSequenceGenerator(SequenceGenerator):
