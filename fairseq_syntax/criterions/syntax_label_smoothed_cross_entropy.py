@@ -26,15 +26,20 @@ class SyntaxLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterio
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        extra = net_output[1] if isinstance(net_output[1], dict) else {}
+        ntokens = sample["ntokens"]
+        if extra.get("predicted") is not None:
+            # a decoder that predicts only some positions (BiTran's sampled prefixes; the model's get_targets pads
+            # the others): the loss is per predicted token, and fairseq's wps counts those
+            ntokens = int(extra["predicted"].sum())
+        sample_size = sample["target"].size(0) if self.sentence_avg else ntokens
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll_loss.data,
-            "ntokens": sample["ntokens"],
+            "ntokens": ntokens,
             "nsentences": sample["target"].size(0),
             "sample_size": sample_size,
         }
-        extra = net_output[1] if isinstance(net_output[1], dict) else {}
         weights = extra.get("auxiliary_loss_weights", {})
         for name, value in extra.get("auxiliary_losses", {}).items():
             loss = loss + weights[name] * value

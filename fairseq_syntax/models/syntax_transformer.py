@@ -1,40 +1,23 @@
 """The syntax transformer family: fairseq's transformer whose encoder and decoder syntax mechanisms are chosen
-independently by name (--encoder-syntax, --decoder-syntax; see fairseq_syntax/modules/mechanisms.py).
+independently by name (--encoder-syntax, --decoder-syntax; see fairseq_syntax/modules/mechanisms.py), and whose
+decoder is chosen by name too (--decoder-type: fairseq's causal decoder or BiTran's prefix re-encoding; see
+decoders.py).
 
 Each mechanism is built inside the layers it applies to (--encoder-syntax-layers / --decoder-syntax-layers), and
-the batch's syntax features reach every layer as a forward argument. With --decoder-syntax none the decoder is
-fairseq's own, unchanged.
+the batch's syntax features reach every layer as a forward argument. With --decoder-type transformer and
+--decoder-syntax none the decoder is fairseq's own, unchanged.
 """
 import argparse
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.models.transformer import TransformerEncoderBase, TransformerModel
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxDecoderLayer, SyntaxEncoderLayer
-
-SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
-
-
-def _wrap_layer(layer, cfg):
-    # as fairseq's build_encoder_layer / build_decoder_layer do
-    if cfg.checkpoint_activations:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
-
-
-def _split_layer_output(output, num_usual: int, loss_names, totals: Dict[str, Tensor]):
-    """A syntax layer returns its usual outputs followed by its auxiliary losses: add those to `totals`."""
-    if not isinstance(output, tuple):
-        return output
-    for name, value in zip(loss_names, output[num_usual:]):
-        totals[name] = totals[name] + value if name in totals else value
-    return output[0] if num_usual == 1 else output[:num_usual]
+from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
+from .decoders import DECODERS, SYNTAX_PREFIX, SyntaxTransformerDecoder, split_layer_output, wrap_layer
 
 
 def _select_features(wanted, given: Dict[str, Tensor], where: str) -> Dict[str, Tensor]:
@@ -63,7 +46,7 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
-        return _wrap_layer(SyntaxEncoderLayer(cfg, cfg, self.syntax_choice.at(index), index), cfg)
+        return wrap_layer(SyntaxEncoderLayer(cfg, cfg, self.syntax_choice.at(index), index), cfg)
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, **features):
@@ -87,7 +70,7 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         encoder_states = [x] if return_all_hiddens else []
         for layer in self.layers:
             output = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None, syntax=syntax)
-            x = _split_layer_output(output, 1, self.auxiliary_loss_names, auxiliary_losses)
+            x = split_layer_output(output, 1, self.auxiliary_loss_names, auxiliary_losses)
             if return_all_hiddens:
                 encoder_states.append(x)
         if self.layer_norm is not None:
@@ -113,107 +96,6 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         return reordered
 
 
-class SyntaxTransformerDecoder(TransformerDecoderBase):
-    """Transformer decoder whose chosen layers carry the decoder syntax mechanism, plus the mechanism's token
-    constraint (if any): a mask of tokens forbidden at each position, returned as extra["forbidden_tokens"] and
-    applied by the model's get_normalized_probs, in training and in beam search alike."""
-
-    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
-        self.syntax_choice = MechanismChoice.from_args(cfg, "decoder", cfg.decoder.layers)
-        self._layers_built = 0
-        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
-                         output_projection=output_projection)
-        mechanism = self.syntax_choice.mechanism
-        self.syntax_features = tuple(mechanism.features_for(cfg))
-        self.optional_syntax_features = tuple(mechanism.training_features)
-        self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses)
-        self.token_constraint = mechanism.build_token_constraint(cfg, dictionary)
-
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        index, self._layers_built = self._layers_built, self._layers_built + 1
-        return _wrap_layer(SyntaxDecoderLayer(cfg, no_encoder_attn, cfg, self.syntax_choice.at(index), index), cfg)
-
-    def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-                incremental_state=None, features_only: bool = False, full_context_alignment: bool = False,
-                alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None, src_lengths=None,
-                return_all_hiddens: bool = False, **features):
-        # In training the target-side features come from the batch; in beam search there are none, and a mechanism
-        # derives what it needs from the prefix (its state kept in the incremental state).
-        syntax = {name: features[name] for name in self.syntax_features + self.optional_syntax_features
-                  if name in features}
-        if encoder_out is not None:
-            syntax.update({key[len(SYNTAX_PREFIX):]: value[0] for key, value in encoder_out.items()
-                           if key.startswith(SYNTAX_PREFIX)})
-        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
-                                         alignment_layer, alignment_heads, syntax=syntax)
-        if self.token_constraint is not None:
-            forbidden = self.token_constraint(prev_output_tokens, incremental_state=incremental_state)
-            if forbidden is not None:
-                extra["forbidden_tokens"] = forbidden
-        if not features_only:
-            x = self.output_layer(x)
-        return x, extra
-
-    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
-                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
-                         alignment_heads: Optional[int] = None, syntax: Optional[Dict[str, Tensor]] = None):
-        # fairseq's TransformerDecoderBase.extract_features_scriptable, with syntax passed to every layer
-        if alignment_layer is None:
-            alignment_layer = self.num_layers - 1
-        enc = encoder_out["encoder_out"][0] if encoder_out is not None and encoder_out["encoder_out"] else None
-        padding_mask = (encoder_out["encoder_padding_mask"][0]
-                        if encoder_out is not None and encoder_out["encoder_padding_mask"] else None)
-        positions = None
-        if self.embed_positions is not None:
-            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
-        if incremental_state is not None:
-            prev_output_tokens = prev_output_tokens[:, -1:]
-            if positions is not None:
-                positions = positions[:, -1:]
-        prev_output_tokens = prev_output_tokens.contiguous()
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if positions is not None:
-            x += positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        x = x.transpose(0, 1)  # B x T x C -> T x B x C
-        self_attn_padding_mask = None
-        if prev_output_tokens.eq(self.padding_idx).any():
-            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
-
-        attn: Optional[Tensor] = None
-        inner_states: List[Optional[Tensor]] = [x]
-        auxiliary_losses: Dict[str, Tensor] = {}
-        for idx, layer in enumerate(self.layers):
-            self_attn_mask = (self.buffered_future_mask(x)
-                              if incremental_state is None and not full_context_alignment else None)
-            output = layer(x, enc, padding_mask, incremental_state, self_attn_mask=self_attn_mask,
-                           self_attn_padding_mask=self_attn_padding_mask, need_attn=idx == alignment_layer,
-                           need_head_weights=idx == alignment_layer, syntax=syntax)
-            x, layer_attn, _ = _split_layer_output(output, 3, self.auxiliary_loss_names, auxiliary_losses)
-            inner_states.append(x)
-            if layer_attn is not None and idx == alignment_layer:
-                attn = layer_attn.float().to(x)
-        if attn is not None:
-            if alignment_heads is not None:
-                attn = attn[:alignment_heads]
-            attn = attn.mean(dim=0)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)  # T x B x C -> B x T x C
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        extra = {"attn": [attn], "inner_states": inner_states}
-        if auxiliary_losses:
-            extra["auxiliary_losses"] = auxiliary_losses
-        return x, extra
-
-
 @register_model("syntax_transformer")
 class SyntaxTransformerModel(TransformerModel):
     @classmethod
@@ -224,10 +106,17 @@ class SyntaxTransformerModel(TransformerModel):
         parser.add_argument("--encoder-syntax-layers", type=str, metavar="L1,L2",
                             help="0-based encoder layers that carry it, or 'all' (default: the mechanism's, "
                                  "usually 0, the first, as in PASCAL)")
-        parser.add_argument("--decoder-syntax", choices=["none"] + sorted(DECODER_MECHANISMS),
-                            help="syntax mechanism of the decoder")
+        parser.add_argument("--decoder-syntax", type=str, metavar="M1,M2",
+                            help="syntax mechanisms of the decoder, comma-separated: none, "
+                                 + ", ".join(sorted(DECODER_MECHANISMS)))
         parser.add_argument("--decoder-syntax-layers", type=str, metavar="L1,L2",
                             help="0-based decoder layers that carry it, or 'all' (default: the mechanism's)")
+        parser.add_argument("--decoder-type", choices=sorted(DECODERS),
+                            help="transformer: fairseq's causal decoder (default); bitran: Choshen & Abend's "
+                                 "bidirectional decoder, the prefix re-encoded at every step")
+        parser.add_argument("--bitran-prefixes", type=int, metavar="K",
+                            help="bitran training: K prefixes per sentence sampled per update (0, the default: "
+                                 "every prefix, exact)")
         for mechanism in {**ENCODER_MECHANISMS, **DECODER_MECHANISMS}.values():
             mechanism.add_args(parser)
 
@@ -238,6 +127,12 @@ class SyntaxTransformerModel(TransformerModel):
             # its own fields of one: every syntax option would be dropped and PASCAL would train as vanilla
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         syntax_defaults(args)
+        manifest = getattr(task, "manifest", None)
+        if manifest is not None and getattr(args, "target_word_level", None) is None:
+            # how the decoder reads words from its target tokens (transition mechanisms; recorded in the checkpoint)
+            args.target_word_level = bool(manifest.word_level)
+        if int(getattr(args, "bitran_prefixes", 0) or 0) < 0:
+            raise ValueError(f"--bitran-prefixes must be >= 0 (0: every prefix), got {args.bitran_prefixes}")
         # label dictionary sizes, for mechanisms that embed labels (recorded in the checkpoint's args)
         label_dicts = getattr(task, "label_dicts", {})
         for side in ("source", "target"):
@@ -252,9 +147,12 @@ class SyntaxTransformerModel(TransformerModel):
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        if (getattr(cfg, "decoder_syntax", None) or "none") == "none":
-            return super().build_decoder(cfg, tgt_dict, embed_tokens)
-        return SyntaxTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+        decoder_type = getattr(cfg, "decoder_type", None) or "transformer"
+        if decoder_type not in DECODERS:
+            raise ValueError(f"--decoder-type {decoder_type!r}: not one of {sorted(DECODERS)}")
+        if decoder_type == "transformer" and (getattr(cfg, "decoder_syntax", None) or "none") == "none":
+            return super().build_decoder(cfg, tgt_dict, embed_tokens)  # fairseq's own, unchanged
+        return DECODERS[decoder_type](cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     @property
     def syntax_features(self):
@@ -272,9 +170,9 @@ class SyntaxTransformerModel(TransformerModel):
         weights = {}
         for part in (self.encoder, self.decoder):
             choice = getattr(part, "syntax_choice", None)
-            if choice is not None and choice.mechanism is not None:
-                for loss, option in choice.mechanism.auxiliary_losses.items():
-                    weights[loss] = float(choice.mechanism.option(part.cfg, option))
+            for mechanism in (choice.mechanisms if choice is not None else ()):
+                for loss, option in mechanism.auxiliary_losses.items():
+                    weights[loss] = float(mechanism.option(part.cfg, option))
         return weights
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
@@ -292,6 +190,15 @@ class SyntaxTransformerModel(TransformerModel):
             extra["auxiliary_loss_weights"] = self.auxiliary_loss_weights
         return x, extra
 
+    def get_targets(self, sample, net_output):
+        """The targets, with padding where the decoder made no prediction (BiTran's sampled prefixes)."""
+        target = sample["target"]
+        extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
+        predicted = extra.get("predicted")
+        if predicted is None:
+            return target
+        return target.masked_fill(~predicted[:, :target.size(1)], self.decoder.padding_idx)
+
     def get_normalized_probs(self, net_output, log_probs: bool, sample=None):
         """A decoder mechanism's forbidden tokens get probability 0: one masked_fill over the whole beam."""
         extra = net_output[1] if len(net_output) > 1 else None
@@ -305,3 +212,5 @@ class SyntaxTransformerModel(TransformerModel):
 def syntax_defaults(args):
     args.encoder_syntax = getattr(args, "encoder_syntax", None) or "none"
     args.decoder_syntax = getattr(args, "decoder_syntax", None) or "none"
+    args.decoder_type = getattr(args, "decoder_type", None) or "transformer"
+    args.bitran_prefixes = int(getattr(args, "bitran_prefixes", None) or 0)

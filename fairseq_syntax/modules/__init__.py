@@ -2,6 +2,7 @@ from .mechanisms import (  # noqa: F401
     DECODER_MECHANISMS,
     ENCODER_MECHANISMS,
     MechanismChoice,
+    MechanismChoices,
     ScoreModification,
     ScoreModifier,
     SyntaxMechanism,
@@ -10,4 +11,4 @@ from .mechanisms import (  # noqa: F401
 )
 from .syntax_attention import SyntaxBiasedSelfAttention  # noqa: F401
 from .syntax_layers import SyntaxDecoderLayer, SyntaxEncoderLayer  # noqa: F401
-from . import graph_convolution, label_embedding, ldd, lisa, pascal, rgse  # noqa: F401  (register their mechanisms)
+from . import graph_convolution, graph_decoder, label_embedding, ldd, lisa, parent, pascal, rgse  # noqa: F401

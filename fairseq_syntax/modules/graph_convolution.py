@@ -182,9 +182,13 @@ class GraphConvolution(nn.Module):
         return weights
 
     def forward(self, x: Tensor, arcs: PieceArcs) -> Tensor:
+        return self.forward_edges(x, directed_edges(arcs, x.size(1)))
+
+    def forward_edges(self, x: Tensor, edges: DirectedEdges) -> Tensor:
+        """The layer over explicit directed edges (no self loops: every node has its own) between the flat nodes
+        of x (T, B, C), node = column * B + sentence."""
         width, batch, dim = x.shape
         nodes = width * batch
-        edges = directed_edges(arcs, batch)
         transformed = self.weight(x).view(nodes * DIRECTIONS, dim)  # row n * 3 + d: W_d h_n
         rows = self.bias_rows(edges)
         logits = self.gate_logits(x) if self.gates else None

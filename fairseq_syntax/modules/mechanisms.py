@@ -11,6 +11,14 @@ declares, once:
                     or, for the encoder as a whole (built once, in the encoder; no layers):
                       "embedding"         (token embeddings (B, T, C), syntax, mask) -> token embeddings, before
                                           scaling and positions (Sennrich & Haddow's label features)
+                    or, for the decoder as a whole (built once, in the decoder):
+                      "input"             (x (T, B, C), syntax, mask) -> x: the decoder's input vectors (scaled
+                                          embeddings plus positions) before its first layer (Choshen & Abend's
+                                          decoder GCN, "stacked immediately above the embedding layer")
+  needs_target_transitions
+                    a decoder mechanism that reads the generated target graph: it finds the decoder context
+                    (modules/decoder_context.py: prefix tokens, prefix graph, which edges each column may use) in
+                    its syntax argument under DECODER_CONTEXT, and the model needs a --target-transitions data-bin
   features          the batch features it consumes (names in fairseq_syntax.data.features.FEATURES); a mechanism
                     whose options change what it reads lists them all and says which in `features_for(args)`
   training_features features it uses when the data has them (for a training loss, e.g. LISA's parent loss) and
@@ -38,6 +46,8 @@ from torch import Tensor
 
 LAYER_SHAPES = ("score_modifier", "added_module", "self_attention")
 SHAPES = LAYER_SHAPES + ("embedding",)
+DECODER_SHAPES = LAYER_SHAPES + ("input",)
+WHOLE_SIDE_SHAPES = ("embedding", "input")  # built once for the side, not in layers
 
 
 @dataclass
@@ -69,10 +79,14 @@ class ScoreModification:
         return scores
 
 
+DECODER_CONTEXT = "decoder_context"  # the syntax entry of the decoder context (modules/decoder_context.py)
+
+
 class SyntaxMechanism(nn.Module):
     name = "base"
     side = "encoder"
     shape = "score_modifier"
+    needs_target_transitions = False
     features: Tuple[str, ...] = ()
     training_features: Tuple[str, ...] = ()
     auxiliary_losses: Dict[str, str] = {}
@@ -124,7 +138,7 @@ def _register(registry: Dict[str, Type[SyntaxMechanism]], side: str, name: str):
     def register(cls):
         if name in registry or name == "none":
             raise ValueError(f"{side} syntax mechanism {name!r} registered twice (or reserved)")
-        shapes = SHAPES if side == "encoder" else LAYER_SHAPES
+        shapes = SHAPES if side == "encoder" else DECODER_SHAPES
         if cls.shape not in shapes:
             raise ValueError(f"{side} syntax mechanism {name!r}: shape {cls.shape!r} is not one of {shapes}")
         from ..data.features import FEATURES  # the data contract: every declared feature must exist
@@ -162,7 +176,8 @@ def parse_layers(spec: str, num_layers: int, option: str):
 
 @dataclass
 class MechanismChoice:
-    """What the model args choose for one side: the mechanism class (None: no mechanism) and its layers."""
+    """One mechanism the model args choose for a side (None: no mechanism) and its layers (none for a mechanism
+    of the side as a whole)."""
 
     mechanism: Optional[Type[SyntaxMechanism]]
     layers: Tuple[int, ...] = ()
@@ -170,17 +185,66 @@ class MechanismChoice:
     def at(self, layer_index: int) -> Optional[Type[SyntaxMechanism]]:
         return self.mechanism if layer_index in self.layers else None
 
+    @property
+    def mechanisms(self) -> Tuple[Type[SyntaxMechanism], ...]:
+        return (self.mechanism,) if self.mechanism is not None else ()
+
     @classmethod
     def from_args(cls, args, side: str, num_layers: int) -> "MechanismChoice":
-        registry = ENCODER_MECHANISMS if side == "encoder" else DECODER_MECHANISMS
-        name = getattr(args, f"{side}_syntax", None) or "none"
-        if name == "none":
-            return cls(None)
-        if name not in registry:
-            raise ValueError(f"--{side}-syntax {name!r}: not one of {['none'] + sorted(registry)}")
-        mechanism = registry[name]
+        choices = MechanismChoices.from_args(args, side, num_layers)
+        if len(choices.choices) > 1:
+            raise ValueError(f"--{side}-syntax: the {side} takes one mechanism, got "
+                             f"{', '.join(c.mechanism.name for c in choices.choices)}")
+        return choices.choices[0] if choices.choices else cls(None)
+
+    @classmethod
+    def of(cls, mechanism: Type[SyntaxMechanism], args, side: str, num_layers: int) -> "MechanismChoice":
         mechanism.check_args(args)
-        if mechanism.shape == "embedding":
+        if mechanism.shape in WHOLE_SIDE_SHAPES:
             return cls(mechanism)
         spec = getattr(args, f"{side}_syntax_layers", None) or mechanism.default_layers
         return cls(mechanism, tuple(parse_layers(spec, num_layers, f"--{side}-syntax-layers")))
+
+
+@dataclass
+class MechanismChoices:
+    """The mechanisms a side's option lists (`--decoder-syntax parent,gcn`), each with its layers. A layer holds at
+    most one layer-level mechanism; a side has at most one mechanism of each whole-side shape."""
+
+    choices: Tuple[MechanismChoice, ...] = ()
+
+    @classmethod
+    def from_args(cls, args, side: str, num_layers: int) -> "MechanismChoices":
+        registry = ENCODER_MECHANISMS if side == "encoder" else DECODER_MECHANISMS
+        spec = getattr(args, f"{side}_syntax", None) or "none"
+        names = [name.strip() for name in str(spec).split(",") if name.strip() and name.strip() != "none"]
+        unknown = [name for name in names if name not in registry]
+        if unknown:
+            raise ValueError(f"--{side}-syntax {spec!r}: {unknown} not among {['none'] + sorted(registry)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"--{side}-syntax {spec!r}: a mechanism is named twice")
+        choices = tuple(MechanismChoice.of(registry[name], args, side, num_layers) for name in names)
+        for shape in WHOLE_SIDE_SHAPES:
+            whole = [c.mechanism.name for c in choices if c.mechanism.shape == shape]
+            if len(whole) > 1:
+                raise ValueError(f"--{side}-syntax {spec!r}: {whole} both act on the {side}'s {shape}")
+        for layer in range(num_layers):
+            here = [c.mechanism.name for c in choices if layer in c.layers]
+            if len(here) > 1:
+                raise ValueError(f"--{side}-syntax {spec!r}: {here} would share {side} layer {layer}; give them "
+                                 f"different layers (--{side}-syntax-layers applies to each)")
+        return cls(choices)
+
+    def at(self, layer_index: int) -> Optional[Type[SyntaxMechanism]]:
+        for choice in self.choices:
+            if layer_index in choice.layers:
+                return choice.mechanism
+        return None
+
+    def whole(self, shape: str) -> Optional[Type[SyntaxMechanism]]:
+        """The mechanism of the side as a whole with this shape ("embedding", "input"), if any."""
+        return next((c.mechanism for c in self.choices if c.mechanism.shape == shape), None)
+
+    @property
+    def mechanisms(self) -> Tuple[Type[SyntaxMechanism], ...]:
+        return tuple(c.mechanism for c in self.choices)

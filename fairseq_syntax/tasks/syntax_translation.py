@@ -182,6 +182,8 @@ class SyntaxTranslationTask(TranslationTask):
             if side_manifest is not None and set(FEATURES[name].channels) <= set(side_manifest.channels):
                 self.net_input_features.add(name)
         self.auxiliary_losses = tuple(getattr(model, "auxiliary_loss_weights", {}))
+        # a decoder that predicts only some target positions per update (BiTran's sampled prefixes)
+        self.partial_targets = bool(getattr(getattr(model, "decoder", None), "predicts_some_positions", False))
         if self.cfg.eval_bleu and self.cfg.eval_bleu_detok == "space" and self.cfg.eval_bleu_remove_bpe is None:
             # --eval-bleu scores decoded text, as fairseq-generate's D- lines and the evaluator do (fairseq's own
             # --eval-bleu-remove-bpe sentencepiece would leave byte pieces and tags undecoded)
@@ -190,6 +192,10 @@ class SyntaxTranslationTask(TranslationTask):
 
     def build_criterion(self, cfg):
         criterion = super().build_criterion(cfg)
+        if getattr(self, "partial_targets", False) and not getattr(criterion, "adds_auxiliary_losses", False):
+            raise ValueError("--bitran-prefixes K predicts K positions per sentence: train with --criterion "
+                             "syntax_label_smoothed_cross_entropy, which normalises the loss by the positions "
+                             "predicted")
         if getattr(self, "auxiliary_losses", ()) and not getattr(criterion, "adds_auxiliary_losses", False):
             raise ValueError(f"the model's syntax mechanisms have auxiliary losses {list(self.auxiliary_losses)}: "
                              f"train with --criterion syntax_label_smoothed_cross_entropy, which adds them")

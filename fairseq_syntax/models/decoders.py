@@ -1,0 +1,354 @@
+"""The decoders of the syntax transformer family, chosen by name (--decoder-type; registry DECODERS):
+
+  transformer  fairseq's causal decoder: column c attends to columns <= c, computed once and cached in beam search
+               (the syntax decoder below, or fairseq's own when no decoder mechanism is chosen)
+  bitran       Choshen & Abend's bidirectional decoder (§2, mask M_bi): at every step the whole prefix is
+               re-encoded and every generated token attends to every token of the prefix. Training computes every
+               prefix of every sentence as its own view (exact), or k sampled prefixes per sentence
+               (--bitran-prefixes k); generation re-encodes the prefix at each step of fairseq's beam search.
+
+Decoder syntax mechanisms (--decoder-syntax, a comma-separated list; modules/mechanisms.py) are built where their
+layer is built, and reach their inputs as forward arguments: the batch's target features, and, for a mechanism that
+reads the generated graph (needs_target_transitions: PARENT, the decoder GCN), the decoder context
+(modules/decoder_context.py) of the rows being run: the prefix tokens, the prefix graph from the batched transition
+function, and the policy that says which edges each column may use ("causal" for the transformer decoder, "prefix"
+for BiTran's re-encoded views). The same mechanism code runs in both decoders.
+"""
+from typing import Dict, List, Optional, Type
+
+import torch
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import TransformerDecoderBase
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from torch import Tensor
+
+from ..data.features import FEATURES
+from ..modules import MechanismChoices, SyntaxDecoderLayer
+from ..modules.decoder_context import DecoderContext, TargetTransitions
+from ..modules.mechanisms import DECODER_CONTEXT
+
+SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
+DECODERS: Dict[str, Type[TransformerDecoderBase]] = {}
+
+
+def register_decoder(name: str):
+    def register(cls):
+        if name in DECODERS:
+            raise ValueError(f"decoder {name!r} registered twice")
+        cls.decoder_name = name
+        DECODERS[name] = cls
+        return cls
+
+    return register
+
+
+def wrap_layer(layer, cfg):
+    # as fairseq's build_encoder_layer / build_decoder_layer do
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+
+def split_layer_output(output, num_usual: int, loss_names, totals: Dict[str, Tensor]):
+    """A syntax layer returns its usual outputs followed by its auxiliary losses: add those to `totals`."""
+    if not isinstance(output, tuple):
+        return output
+    for name, value in zip(loss_names, output[num_usual:]):
+        totals[name] = totals[name] + value if name in totals else value
+    return output[0] if num_usual == 1 else output[:num_usual]
+
+
+def select_encoder_out(encoder_out: Optional[Dict[str, List[Tensor]]], rows: Tensor):
+    """The encoder output of some sentences (rows, repeated as needed): what reorder_encoder_out gives, for the
+    keys a decoder reads."""
+    if encoder_out is None:
+        return None
+    out = {}
+    for key, values in encoder_out.items():
+        if key == "encoder_out":
+            out[key] = [v.index_select(1, rows) for v in values]  # (T, B, C)
+        elif key in ("encoder_padding_mask", "src_lengths") or key.startswith(SYNTAX_PREFIX):
+            out[key] = [v.index_select(0, rows) for v in values]
+        else:
+            out[key] = values
+    return out
+
+
+@register_decoder("transformer")
+class SyntaxTransformerDecoder(TransformerDecoderBase):
+    """fairseq's causal Transformer decoder whose layers carry the decoder syntax mechanisms, with an optional
+    mechanism on the decoder's input vectors, and the mechanisms' token constraint (if any): a mask of tokens
+    forbidden at each position, returned as extra["forbidden_tokens"] and applied by the model's
+    get_normalized_probs, in training and in beam search alike."""
+
+    policy = "causal"
+
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        self.syntax_choice = MechanismChoices.from_args(cfg, "decoder", cfg.decoder.layers)
+        mechanisms = self.syntax_choice.mechanisms
+        self.transitions = None
+        if any(m.needs_target_transitions for m in mechanisms):
+            self.transitions = TargetTransitions(dictionary.symbols, bool(getattr(cfg, "target_word_level", False)))
+            cfg.decoder_transition_labels = self.transitions.num_labels  # read by the mechanisms' constructors
+        self._layers_built = 0
+        self.layer_loss_names: List[tuple] = []
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+        self.syntax_features = tuple(dict.fromkeys(f for m in mechanisms for f in m.features_for(cfg)))
+        self.optional_syntax_features = tuple(dict.fromkeys(f for m in mechanisms for f in m.training_features))
+        self.auxiliary_loss_names = tuple(dict.fromkeys(name for m in mechanisms for name in m.auxiliary_losses))
+        input_mechanism = self.syntax_choice.whole("input")
+        self.input_module = (input_mechanism(cfg, embed_tokens.embedding_dim, cfg.decoder.attention_heads, -1)
+                             if input_mechanism is not None else None)
+        constraints = [c for c in (m.build_token_constraint(cfg, dictionary) for m in mechanisms) if c is not None]
+        if len(constraints) > 1:
+            raise ValueError("two decoder syntax mechanisms each constrain the next token: choose one of them")
+        self.token_constraint = constraints[0] if constraints else None
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        index, self._layers_built = self._layers_built, self._layers_built + 1
+        mechanism = self.syntax_choice.at(index)
+        self.layer_loss_names.append(tuple(mechanism.auxiliary_losses) if mechanism else ())
+        return wrap_layer(SyntaxDecoderLayer(cfg, no_encoder_attn, cfg, mechanism, index), cfg)
+
+    # ---- syntax inputs ------------------------------------------------------------------------------------------
+
+    def batch_syntax(self, encoder_out, features) -> Dict[str, Tensor]:
+        """The target features of the batch (training) and the source features the encoder passed on."""
+        syntax = {name: features[name] for name in self.syntax_features + self.optional_syntax_features
+                  if name in features}
+        if encoder_out is not None:
+            syntax.update({key[len(SYNTAX_PREFIX):]: value[0] for key, value in encoder_out.items()
+                           if key.startswith(SYNTAX_PREFIX)})
+        return syntax
+
+    def prefix_scan(self, prev_output_tokens: Tensor, incremental_state):
+        """The transition function of every row's generated tokens; in beam search kept in the incremental state
+        and extended by the newest column (made again from the prefix when what is kept does not fit it)."""
+        if incremental_state is None:
+            return self.transitions.scan(prev_output_tokens)
+        from ..data.transition_function import TransitionScan
+
+        kept = self.get_incremental_state(incremental_state, "transition_scan")
+        generated = prev_output_tokens.size(1) - 1
+        if kept is not None and kept["word"].size(1) == generated - 1 and \
+                kept["word"].size(0) == prev_output_tokens.size(0):
+            self.transitions.to(prev_output_tokens.device)
+            scan = TransitionScan(**kept).extend(prev_output_tokens[:, -1:], self.transitions.token_class,
+                                                 self.transitions.label_of)
+        else:
+            scan = self.transitions.scan(prev_output_tokens)
+        self.set_incremental_state(incremental_state, "transition_scan", dict(scan.__dict__))
+        return scan
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        super().reorder_incremental_state(incremental_state, new_order)
+        kept = self.get_incremental_state(incremental_state, "transition_scan")
+        if kept is not None:
+            self.set_incremental_state(incremental_state, "transition_scan",
+                                       {name: value.index_select(0, new_order) for name, value in kept.items()})
+
+    def decoder_context(self, prev_output_tokens: Tensor, incremental_state) -> Optional[DecoderContext]:
+        if self.transitions is None:
+            return None
+        scan = self.prefix_scan(prev_output_tokens, incremental_state)
+        return DecoderContext.from_scan(prev_output_tokens, scan, self.policy, reencoded=False)
+
+    # ---- forward --------------------------------------------------------------------------------------------------
+
+    def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state=None, features_only: bool = False, full_context_alignment: bool = False,
+                alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None, src_lengths=None,
+                return_all_hiddens: bool = False, **features):
+        # In training the target-side features come from the batch; in beam search there are none, and a mechanism
+        # derives what it needs from the prefix (the decoder context, or its own state in the incremental state).
+        syntax = self.batch_syntax(encoder_out, features)
+        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
+                                         alignment_layer, alignment_heads, syntax=syntax)
+        if self.token_constraint is not None:
+            forbidden = self.token_constraint(prev_output_tokens, incremental_state=incremental_state)
+            if forbidden is not None:
+                extra["forbidden_tokens"] = forbidden
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def embed(self, prev_output_tokens: Tensor, incremental_state=None, last_only: bool = False) -> Tensor:
+        """fairseq's decoder input vectors (T, B, C): scaled embeddings plus positions, dropout; `last_only`: the
+        last column only (fairseq's incremental decoding)."""
+        positions = None
+        if self.embed_positions is not None:
+            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if last_only:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            if positions is not None:
+                positions = positions[:, -1:]
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x += positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        return self.dropout_module(x).transpose(0, 1)  # B x T x C -> T x B x C
+
+    def decoder_input(self, prev_output_tokens: Tensor, incremental_state, syntax) -> Tensor:
+        """The input vectors of the columns the layers run, after the input mechanism (if any), which sees the
+        whole prefix also in incremental decoding (a column's input depends on its neighbours in the graph)."""
+        if self.input_module is None:
+            return self.embed(prev_output_tokens, incremental_state, last_only=incremental_state is not None)
+        # positions of the whole prefix (fairseq's positional embedding takes the last one under incremental state)
+        x = self.embed(prev_output_tokens, None)
+        padding = prev_output_tokens.eq(self.padding_idx)
+        x = self.input_module(x, syntax, padding if bool(padding.any()) else None)
+        return x[-1:] if incremental_state is not None else x
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
+                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                         alignment_heads: Optional[int] = None, syntax: Optional[Dict[str, Tensor]] = None):
+        syntax = dict(syntax or {})
+        context = self.decoder_context(prev_output_tokens, incremental_state)
+        if context is not None:
+            syntax[DECODER_CONTEXT] = context
+        x = self.decoder_input(prev_output_tokens, incremental_state, syntax)
+        # fairseq's TransformerDecoderBase.extract_features_scriptable, with syntax passed to every layer
+        query_tokens = prev_output_tokens[:, -1:] if incremental_state is not None else prev_output_tokens
+        self_attn_padding_mask = query_tokens.eq(self.padding_idx) if query_tokens.eq(self.padding_idx).any() \
+            else None
+        self_attn_mask = (self.buffered_future_mask(x)
+                          if incremental_state is None and not full_context_alignment else None)
+        return self.run_layers(x, encoder_out, incremental_state, self_attn_mask, self_attn_padding_mask, syntax,
+                               alignment_layer, alignment_heads)
+
+    def run_layers(self, x: Tensor, encoder_out, incremental_state, self_attn_mask, self_attn_padding_mask, syntax,
+                   alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None):
+        """The decoder layers over x (T, B, C): (features (B, T, C), extra)."""
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+        enc = encoder_out["encoder_out"][0] if encoder_out is not None and encoder_out["encoder_out"] else None
+        padding_mask = (encoder_out["encoder_padding_mask"][0]
+                        if encoder_out is not None and encoder_out["encoder_padding_mask"] else None)
+        attn: Optional[Tensor] = None
+        inner_states: List[Optional[Tensor]] = [x]
+        auxiliary_losses: Dict[str, Tensor] = {}
+        for idx, layer in enumerate(self.layers):
+            output = layer(x, enc, padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                           self_attn_padding_mask=self_attn_padding_mask, need_attn=idx == alignment_layer,
+                           need_head_weights=idx == alignment_layer, syntax=syntax)
+            x, layer_attn, _ = split_layer_output(output, 3, self.layer_loss_names[idx], auxiliary_losses)
+            inner_states.append(x)
+            if layer_attn is not None and idx == alignment_layer:
+                attn = layer_attn.float().to(x)
+        if attn is not None:
+            if alignment_heads is not None:
+                attn = attn[:alignment_heads]
+            attn = attn.mean(dim=0)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)  # T x B x C -> B x T x C
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        extra = {"attn": [attn], "inner_states": inner_states}
+        if auxiliary_losses:
+            extra["auxiliary_losses"] = auxiliary_losses
+        return x, extra
+
+
+@register_decoder("bitran")
+class BiTranDecoder(SyntaxTransformerDecoder):
+    """Choshen & Abend's bidirectional decoder (§2): the prediction after the prefix o_1..o_n comes from the
+    prefix re-encoded with the mask M_bi (every token attends to every token of the prefix), decoder mechanisms
+    seeing that prefix's whole graph ("prefix" policy).
+
+    Training, exact (--bitran-prefixes 0): every prefix of every sentence is a view of its own. Views of one width
+    n (column n-1 predicts target n-1) are stacked into one batch of n columns with no padding, so a batch costs
+    one layer-stack call per distinct width and exactly the re-encoding's sum over prefixes of n columns (about
+    T^2/2 per sentence instead of T). Sampled (--bitran-prefixes k): k prefixes per sentence chosen uniformly
+    without replacement per update; only their targets count (extra["predicted"], read by the model's
+    get_targets). Generation re-encodes the prefix at every step of beam search (no self-attention cache)."""
+
+    policy = "prefix"
+
+    @property
+    def predicts_some_positions(self) -> bool:
+        return int(getattr(self.cfg, "bitran_prefixes", 0) or 0) > 0
+
+    def decoder_context(self, prev_output_tokens, incremental_state) -> Optional[DecoderContext]:
+        if self.transitions is None:
+            return None
+        scan = self.prefix_scan(prev_output_tokens, incremental_state)
+        return DecoderContext.from_scan(prev_output_tokens, scan, "prefix", reencoded=True)
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
+                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                         alignment_heads: Optional[int] = None, syntax: Optional[Dict[str, Tensor]] = None):
+        syntax = dict(syntax or {})
+        context = self.decoder_context(prev_output_tokens, incremental_state)
+        if incremental_state is not None:
+            # beam search: the rows are whole prefixes (no padding inside them); re-encode, keep the last column
+            x, extra = self.run_view(prev_output_tokens, encoder_out, syntax, context)
+            return x[:, -1:], extra
+        return self.run_all_views(prev_output_tokens, encoder_out, syntax, context)
+
+    def run_view(self, tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
+        """One batch of prefixes of equal width (no padding): every column attends to every column."""
+        if context is not None:
+            syntax = dict(syntax, **{DECODER_CONTEXT: context})
+        x = self.embed(tokens)
+        if self.input_module is not None:
+            x = self.input_module(x, syntax, None)
+        return self.run_layers(x, encoder_out, None, None, None, syntax)
+
+    def view_rows(self, lengths: Tensor, width: int) -> Tensor:
+        """(B, width) bool: which views (sentence, width n = column + 1) are computed this update."""
+        columns = torch.arange(width, device=lengths.device)
+        real = columns.unsqueeze(0) < lengths.unsqueeze(1)
+        k = int(getattr(self.cfg, "bitran_prefixes", 0) or 0)
+        if k <= 0 or not self.training:
+            return real
+        # k distinct real columns per sentence, uniformly: the k smallest of random keys among its real columns
+        keys = torch.rand(real.shape, device=lengths.device).masked_fill(~real, 2.0)
+        rank = keys.argsort(dim=1).argsort(dim=1)
+        return real & (rank < k)
+
+    def run_all_views(self, prev_output_tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
+        batch, width = prev_output_tokens.shape
+        lengths = prev_output_tokens.ne(self.padding_idx).sum(dim=1)
+        chosen = self.view_rows(lengths, width)
+        features = None
+        auxiliary_losses: Dict[str, Tensor] = {}
+        # features follow their sentence into each view; those aligned with the target's columns are cut to it
+        per_sentence = {name: value for name, value in syntax.items()
+                        if torch.is_tensor(value) and value.dim() >= 1 and value.size(0) == batch}
+        column_aligned = {name for name in per_sentence if name in FEATURES and
+                          FEATURES[name].alignment in ("target", "prev_output") and
+                          FEATURES[name].kind not in ("word_value", "edge_value")}
+        for n in range(1, width + 1):
+            rows = chosen[:, n - 1].nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            tokens = prev_output_tokens.index_select(0, rows)[:, :n]
+            view_syntax = {name: value.index_select(0, rows)[:, :n] if name in column_aligned
+                           else value.index_select(0, rows) for name, value in per_sentence.items()}
+            view_context = None
+            if context is not None:
+                columns = context.edge_columns.index_select(0, rows)[:, :n, :n]
+                labels = context.edge_labels.index_select(0, rows)[:, :n, :n]
+                inside = columns < n  # the prefix's own graph: edges whose arc is within the view
+                view_context = DecoderContext(tokens, torch.where(inside, columns, torch.full_like(columns, -1)),
+                                              torch.where(inside, labels, torch.full_like(labels, -1)),
+                                              "prefix", reencoded=True)
+            x, extra = self.run_view(tokens, select_encoder_out(encoder_out, rows), view_syntax, view_context)
+            for name, value in extra.get("auxiliary_losses", {}).items():
+                auxiliary_losses[name] = auxiliary_losses[name] + value if name in auxiliary_losses else value
+            if features is None:
+                features = x.new_zeros(batch, width, x.size(-1))
+            features = features.index_put((rows, torch.full_like(rows, n - 1)), x[:, -1])
+        if features is None:
+            features = prev_output_tokens.new_zeros(batch, width, self.output_embed_dim, dtype=torch.float)
+        extra = {"attn": [None], "inner_states": [features.transpose(0, 1)], "predicted": chosen}
+        if auxiliary_losses:
+            extra["auxiliary_losses"] = auxiliary_losses
+        return features, extra

@@ -1,0 +1,111 @@
+"""What a decoder syntax mechanism gets about the target prefix, as a forward argument: the decoder context.
+
+Target-side syntax is generated with the translation as transitions (data/transitions.py), so a decoder mechanism
+reads the graph the prefix has built so far (data/transition_function.py) rather than a parse from the data. The
+context holds, for the rows the decoder runs (B rows of T columns, column 0 = BOS, column c = generated token c-1):
+  tokens        (B, T) the decoder's input tokens
+  edge_columns  (B, T, T) long: [b, target, source] = the column of the arc token that added the edge
+                source -> target (the §3 graph: head -> dependent pieces, arc -> dependent pieces, head -> arc), -1
+                where there is none
+  edge_labels   (B, T, T) long: that arc's label id (TargetTransitions.label_of), -1 where there is no edge
+  policy        which edges a column may use (`visible`):
+                  "causal"  fairseq's decoder, each column computed once with what its step knew: column c uses
+                            the edges whose arc column is <= c (the graph of the prefix it was computed from)
+                  "prefix"  every row is one prefix re-encoded (BiTran): all of its edges, at every column
+  reencoded     whether every column is recomputed at every step (BiTran) or kept from its own step
+Mechanisms take edges through `visible()` and never look past it, so the policy decides what a column can know.
+"""
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ..data.transition_function import TransitionScan
+from ..data.transitions import every_piece_is_a_word, parse_arc, starts_with_word_mark, vocabulary_classes
+
+POLICIES = ("causal", "prefix")
+
+
+class TargetTransitions:
+    """The transition system over a target dictionary: the class of every symbol (pieces by the data-bin's word
+    rule: sentencepiece's U+2581, or every token a word for a word vocabulary) and the label id of every arc
+    symbol, labels numbered in the dictionary's order (`num_labels` of them)."""
+
+    def __init__(self, symbols: Sequence[str], word_level: bool = False):
+        rule = every_piece_is_a_word if word_level else starts_with_word_mark
+        self.token_class = vocabulary_classes(symbols, rule)
+        labels, label_of = {}, []
+        for symbol in symbols:
+            arc = parse_arc(symbol)
+            label_of.append(-1 if arc is None else labels.setdefault(arc[1], len(labels)))
+        self.label_of = torch.tensor(label_of, dtype=torch.long)
+        self.num_labels = len(labels)
+        if self.num_labels == 0:
+            raise ValueError("the target dictionary has no arc tokens (LEFT-ARC:l / RIGHT-ARC:l): decoder syntax "
+                             "mechanisms need a data-bin made with fairseq-syntax-preprocess --target-transitions")
+
+    def to(self, device) -> "TargetTransitions":
+        if self.token_class.device != torch.device(device):
+            self.token_class, self.label_of = self.token_class.to(device), self.label_of.to(device)
+        return self
+
+    def scan(self, prev_output_tokens: Tensor) -> TransitionScan:
+        """f of the generated tokens of each row (the columns after BOS)."""
+        self.to(prev_output_tokens.device)
+        return TransitionScan.of(prev_output_tokens[:, 1:], self.token_class, self.label_of)
+
+
+def edge_columns_of(scan: TransitionScan) -> Tensor:
+    """(B, 1 + n, 1 + n) arc columns of the graph of `scan` (n generated tokens) in decoder columns (BOS first)."""
+    steps = scan.parent_steps()
+    batch, n, _ = steps.shape
+    out = torch.full((batch, n + 1, n + 1), -1, dtype=torch.long, device=steps.device)
+    out[:, 1:, 1:] = torch.where(steps >= 0, steps + 1, steps)
+    return out
+
+
+def edge_labels_of(scan: TransitionScan, edge_columns: Tensor) -> Tensor:
+    """(B, T, T) the label of each edge's arc (-1 where none), from the scan's arc labels in decoder columns."""
+    batch = edge_columns.size(0)
+    arc_labels = torch.cat([scan.label.new_full((batch, 1), -1), scan.label], dim=1)  # (B, T), BOS first
+    gathered = arc_labels.gather(1, edge_columns.clamp(min=0).view(batch, -1)).view_as(edge_columns)
+    return torch.where(edge_columns >= 0, gathered, torch.full_like(gathered, -1))
+
+
+@dataclass
+class DecoderContext:
+    tokens: Tensor
+    edge_columns: Tensor
+    edge_labels: Tensor
+    policy: str = "causal"
+    reencoded: bool = False
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"decoder context policy {self.policy!r} is not one of {POLICIES}")
+
+    @classmethod
+    def from_scan(cls, tokens: Tensor, scan: TransitionScan, policy: str, reencoded: bool) -> "DecoderContext":
+        columns = edge_columns_of(scan)
+        return cls(tokens, columns, edge_labels_of(scan, columns), policy, reencoded)
+
+    def visible(self, query_columns: Optional[Tensor] = None, receiver: str = "target") -> Tensor:
+        """(B, Tq, T) bool, [b, target, source]: whether the column that receives along the edge source -> target
+        may use it: the target (attention to parents, messages from parents) or, for a message sent back along
+        the edge, the source (`receiver`). `query_columns` (Tq,) picks target columns (default: all). Under
+        "causal" an edge is visible to a column from its arc's column on; under "prefix" every edge is."""
+        columns = self.edge_columns if query_columns is None else self.edge_columns[:, query_columns]
+        present = columns >= 0
+        if self.policy == "prefix":
+            return present
+        if receiver == "source":
+            sources = torch.arange(self.edge_columns.size(2), device=columns.device)
+            return present & (columns <= sources.view(1, 1, -1))
+        targets = (torch.arange(self.edge_columns.size(1), device=columns.device) if query_columns is None
+                   else query_columns)
+        return present & (columns <= targets.view(1, -1, 1))
+
+    def index_select(self, rows: Tensor) -> "DecoderContext":
+        return DecoderContext(self.tokens.index_select(0, rows), self.edge_columns.index_select(0, rows),
+                              self.edge_labels.index_select(0, rows), self.policy, self.reencoded)
