@@ -1,0 +1,293 @@
+"""Choshen & Abend's structure-aware decoders on the decoder contract (fairseq_syntax/models/decoders.py, modules/
+parent.py, modules/graph_decoder.py): BiTran's prefix re-encoding, PARENT and the GCN decoder.
+
+References come from the paper, not from the code under test: PARENT's masks are worked by hand on the paper's
+example (§3); the GCN decoder is checked against a per-node loop of §4's equations over the edges of the Python
+reference TransitionState; BiTran's batched training views against the model run once per prefix. Tiny models
+train and translate through the real fairseq commands, with their trees."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq_syntax  # noqa: F401
+from fairseq.data import Dictionary
+from fairseq_syntax.data import transitions as tr
+from fairseq_syntax.models.decoders import select_encoder_out
+from fairseq_syntax.modules.decoder_context import DecoderContext, TargetTransitions
+from fairseq_syntax.modules.graph_convolution import DOWN, SELF, UP
+from fairseq_syntax.modules.graph_decoder import DecoderGraphConvolution
+from fairseq_syntax.modules.mechanisms import DECODER_CONTEXT
+from fairseq_syntax.modules.parent import ParentAttention
+
+from .devices import on
+from .helpers import USER_DIR, run_cli
+from .test_transition_decoding import batches, transition_bin  # noqa: F401  (module fixture: EWT as the target)
+from .test_transitions import PAPER_TOKENS
+
+SYMBOLS = ["<s>", "<pad>", "</s>", "<unk>"] + sorted(set(PAPER_TOKENS))
+
+
+def paper_context(policy, tokens=PAPER_TOKENS):
+    transitions = TargetTransitions(SYMBOLS)
+    prev = torch.tensor([[2] + [SYMBOLS.index(t) for t in tokens]])  # BOS (= EOS in fairseq) first
+    return DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy == "prefix"), transitions
+
+
+# ---- PARENT: masks by hand ------------------------------------------------------------------------------------
+
+def allowed_keys(policy, tokens=PAPER_TOKENS):
+    context, _ = paper_context(policy, tokens)
+    width = context.tokens.size(1)
+    args = type("Args", (), {"parent_head": 1, "decoder_attention_heads": 4})()
+    module = ParentAttention(args, 8, 4, 0)
+    modification = module(torch.zeros(width, 1, 8), {DECODER_CONTEXT: context}, None)
+    assert modification.first_head == 1 and modification.num_heads == 1 and modification.mode == "add"
+    matrix = modification.matrix[0, 0]
+    return {q: {k for k in range(width) if matrix[q, k] == 0} for q in range(width)}
+
+
+def test_parent_masks_of_the_papers_example_by_hand():
+    """Columns: 0 BOS, 1 Jo, 2 hn, 3 put, 4 LEFT-ARC:nsubj, 5 the, 6 coals, 7 LEFT-ARC:det, 8 RIGHT-ARC:obj,
+    9 out, 10 RIGHT-ARC:compound:prt. §3: LEFT-ARC x (top a, second b) adds a->b, x->b, a->x; RIGHT-ARC b->a,
+    x->a, b->x; a token's parents are the sources of the edges into it; PARENT keeps the token and its parents."""
+    whole = {0: {0}, 1: {1, 3, 4}, 2: {2, 3, 4}, 3: {3}, 4: {4, 3}, 5: {5, 6, 7}, 6: {6, 3, 8}, 7: {7, 6},
+             8: {8, 3}, 9: {9, 3, 10}, 10: {10, 3}}
+    assert allowed_keys("prefix") == whole
+    # fairseq's causal decoder: column c knows the graph of its own prefix (arcs at columns <= c), so only an arc
+    # token, computed after its arc is taken, has a parent
+    assert allowed_keys("causal") == {0: {0}, 1: {1}, 2: {2}, 3: {3}, 4: {4, 3}, 5: {5}, 6: {6}, 7: {7, 6},
+                                      8: {8, 3}, 9: {9}, 10: {10, 3}}
+    # BiTran's view of the first 7 tokens (columns 0..7): "coals" has no parent yet, "the" has coals and the arc
+    assert allowed_keys("prefix", PAPER_TOKENS[:7]) == {0: {0}, 1: {1, 3, 4}, 2: {2, 3, 4}, 3: {3}, 4: {4, 3},
+                                                         5: {5, 6, 7}, 6: {6}, 7: {7, 6}}
+
+
+# ---- the GCN decoder against §4's equations -------------------------------------------------------------------
+
+def reference_gcn(layer, x, edges, label_of_edge):
+    """§4: gcn(h, v) = ReLU( sum_{u in N(v)} g_uv (W_dir(u,v) h_u + b_lab(u,v)) ), g_uv = sigmoid(h_u . w^_dir +
+    b^_lab), with a self edge per node and, per graph edge u -> v, a DOWN message into v and an UP one into u. One
+    node at a time, in float64, from the layer's parameters."""
+    width, batch, dim = x.shape
+    weights = layer.weight.weight.detach().double().split(dim)  # W_self, W_down, W_up
+    x = x.double()
+    out = torch.zeros_like(x)
+
+    def bias_row(direction, label):
+        if direction == SELF:
+            return 0
+        if not layer.labels:
+            return direction
+        return 1 + (direction - DOWN) * (layer.num_labels + 1) + label
+
+    for b in range(batch):
+        for v in range(width):
+            incoming = [(v, SELF, None)] + [(u, DOWN, lab) for (bb, u, w), lab in label_of_edge.items()
+                                            if bb == b and w == v and (bb, u, w) in edges["down"]] + \
+                       [(w, UP, lab) for (bb, u, w), lab in label_of_edge.items()
+                        if bb == b and u == v and (bb, u, w) in edges["up"]]
+            total = torch.zeros(dim, dtype=torch.float64)
+            for u, direction, label in incoming:
+                row = bias_row(direction, label)
+                message = weights[direction] @ x[u, b] + layer.bias[row].detach().double()
+                if layer.gates:
+                    gate = torch.sigmoid(x[u, b] @ layer.gate_weight[direction].detach().double()
+                                         + layer.gate_bias[row].detach().double())
+                    message = gate * message
+                total += message
+            out[v, b] = torch.relu(total)
+    return out
+
+
+@pytest.mark.parametrize("policy", ["prefix", "causal"])
+@pytest.mark.parametrize("labels,gates", [(True, True), (False, True), (False, False)])
+def test_gcn_decoder_matches_the_equations(policy, labels, gates, device):
+    """Two sentences (the paper's example and a shorter one, right-padded), two layers with residuals: each layer
+    against the per-node loop over the edges TransitionState gives; under "causal" a node receives along an edge
+    only from the arc's column on."""
+    torch.manual_seed(0)
+    short = PAPER_TOKENS[:4]
+    transitions = TargetTransitions(SYMBOLS)
+    rows = [[2] + [SYMBOLS.index(t) for t in PAPER_TOKENS], [2] + [SYMBOLS.index(t) for t in short]]
+    width = len(rows[0])
+    prev = torch.tensor([row + [1] * (width - len(row)) for row in rows])
+    context = DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy == "prefix")
+    args = type("Args", (), {"decoder_transition_labels": transitions.num_labels, "no_decoder_gcn_labels": not labels,
+                             "no_decoder_gcn_gates": not gates, "decoder_gcn_layers": 2,
+                             "decoder_gcn_edge_dropout": 0.0})()
+    module = DecoderGraphConvolution(args, 6, 2, -1).eval()
+    for layer in module.layers:  # non-zero biases so that labels matter
+        torch.nn.init.normal_(layer.bias, std=0.5)
+        if gates:
+            torch.nn.init.normal_(layer.gate_bias, std=0.5)
+    x = torch.randn(width, 2, 6)
+    # the reference graph: TransitionState's edges (source, target, label, step) in decoder columns (+1 for BOS)
+    label_index = {symbol.split(":", 1)[1]: int(transitions.label_of[i]) for i, symbol in enumerate(SYMBOLS)
+                   if tr.is_arc(symbol)}
+    label_of_edge, edges = {}, {"down": set(), "up": set()}
+    for b, tokens in enumerate([PAPER_TOKENS, short]):
+        graph = tr.transition_edges(tokens)
+        for source, target, label, step in zip(graph.source, graph.target, graph.label, graph.step):
+            u, v, arc = int(source) + 1, int(target) + 1, int(step) + 1
+            label_of_edge[(b, u, v)] = label_index[label]
+            if policy == "prefix" or arc <= v:
+                edges["down"].add((b, u, v))
+            if policy == "prefix" or arc <= u:
+                edges["up"].add((b, u, v))
+    expected = x.double()
+    for layer in module.layers:
+        expected = expected + reference_gcn(layer, expected.float(), edges, label_of_edge)
+    got = on(device, module)(on(device, x), {DECODER_CONTEXT: on(device, context)}, None).cpu()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-5)
+
+
+# ---- BiTran: training views against the model run once per prefix ---------------------------------------------
+
+def tiny_model(destdir, *options):
+    from .test_transition_decoding import build
+    task, model, cfg = build(destdir, "--arch", "transformer_bitran_tiny", "--dropout", "0", *options)
+    return task, model
+
+
+def first_batch(task, size=5):
+    return next(iter(batches(task, size=size)))
+
+
+@pytest.mark.parametrize("options", [[], ["--decoder-syntax", "parent"], ["--decoder-syntax", "gcn"],
+                                     ["--decoder-syntax", "parent,gcn", "--encoder-syntax", "pascal"]],
+                         ids=["bitran", "parent", "gcn", "pascal+parent,gcn"])
+def test_bitran_views_equal_one_run_per_prefix(transition_bin, options, device):  # noqa: F811
+    """Exact training (every prefix a view, views of one width batched, target right-padded, source left-padded)
+    gives at every target position what re-encoding that prefix alone gives (the generation path, one sentence,
+    one prefix at a time); and the prediction at position n does not change when the tokens after it do."""
+    _, destdir, _ = transition_bin
+    task, model = tiny_model(destdir, *options)
+    model = on(device, model).eval()
+    sample = on(device, first_batch(task))
+    net_input = sample["net_input"]
+    prev = net_input["prev_output_tokens"]
+    with torch.no_grad():
+        source = {k: v for k, v in net_input.items() if k != "prev_output_tokens"}
+        encoder_out = model.encoder(**source)
+        features, extra = model.decoder(prev, encoder_out=encoder_out, features_only=True)
+        lengths = prev.ne(task.target_dictionary.pad()).sum(1).tolist()
+        assert extra["predicted"].sum(1).tolist() == lengths
+        checked = 0
+        for b, length in enumerate(lengths):
+            one = select_encoder_out(encoder_out, torch.tensor([b], device=prev.device))
+            for n in range(1, length + 1, 3):
+                alone, _ = model.decoder(prev[b:b + 1, :n], encoder_out=one, incremental_state={}, features_only=True)
+                torch.testing.assert_close(alone[0, -1], features[b, n - 1], rtol=1e-4, atol=1e-5)
+                checked += 1
+        assert checked > 20
+        # causality: other tokens after column 6 change nothing at columns 0..6
+        changed = prev.clone()
+        changed[:, 7:] = torch.where(changed[:, 7:] != task.target_dictionary.pad(),
+                                     torch.full_like(changed[:, 7:], task.target_dictionary.index("LEFT-ARC:det")),
+                                     changed[:, 7:])
+        after, _ = model.decoder(changed, encoder_out=encoder_out, features_only=True)
+        torch.testing.assert_close(after[:, :7], features[:, :7])
+        assert not torch.allclose(after[:, 7:], features[:, 7:])
+
+
+def test_sampled_prefixes_predict_k_positions_with_their_exact_values(transition_bin):  # noqa: F811
+    """--bitran-prefixes 3: three prefixes per sentence per update (all of a shorter sentence), each with the value
+    of exact training; the targets of the others are padding (get_targets), so the loss counts only these."""
+    _, destdir, _ = transition_bin
+    task, model = tiny_model(destdir, "--bitran-prefixes", "3")
+    sample = first_batch(task)
+    prev = sample["net_input"]["prev_output_tokens"]
+    model.train()  # sampling happens in training; dropout is 0
+    torch.manual_seed(4)
+    features, extra = model(**sample["net_input"], features_only=True)
+    predicted = extra["predicted"]
+    lengths = prev.ne(task.target_dictionary.pad()).sum(1)
+    assert predicted.sum(1).tolist() == lengths.clamp(max=3).tolist()
+    model.eval()
+    exact, _ = model(**sample["net_input"], features_only=True)
+    torch.testing.assert_close(features[predicted], exact[predicted], rtol=1e-4, atol=1e-5)
+    targets = model.get_targets(sample, (features, extra))
+    assert targets[~predicted].eq(task.target_dictionary.pad()).all()
+    assert torch.equal(targets[predicted], sample["target"][predicted])
+
+
+def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training(transition_bin):  # noqa: F811
+    """fairseq's causal decoder with PARENT and the GCN decoder: step-by-step decoding with the incremental state
+    (the transition state extended each step, reordered with the beam) gives the full-sequence scores. One source
+    sentence, four target prefixes as its hypotheses (fairseq keeps one encoder-attention cache per sentence)."""
+    _, destdir, _ = transition_bin
+    from .test_transition_decoding import build
+    task, model, _ = build(destdir, "--arch", "transformer_linearized_tiny", "--decoder-syntax", "parent,gcn",
+                           "--dropout", "0")
+    dataset = task.dataset("valid")
+    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
+    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
+    prev = net_input["prev_output_tokens"][:, :12]
+    assert prev.ne(task.target_dictionary.pad()).all()
+    with torch.no_grad():
+        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
+        encoder_out = model.encoder(**source)
+        full, _ = model.decoder(prev, encoder_out=encoder_out)
+        order = torch.tensor([2, 0, 3, 1])
+        back = torch.argsort(order)
+        state, steps, tokens = {}, [], prev[order]
+        for t in range(prev.size(1)):
+            if t == 6:  # beam search moves hypotheses between rows
+                model.decoder.reorder_incremental_state_scripting(state, back)
+                tokens = tokens[back]
+            step, _ = model.decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
+            steps.append(step if t >= 6 else step[back])
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+# ---- through fairseq-train and fairseq-generate, with trees ----------------------------------------------------
+
+@pytest.mark.parametrize("arch", [
+    ["--arch", "transformer_bitran_tiny"],
+    ["--arch", "transformer_parent_tiny", "--encoder-syntax", "pascal"],
+    ["--arch", "transformer_gcn_decoder_tiny", "--encoder-syntax", "rgse", "--encoder-syntax-layers", "0,1"],
+    ["--arch", "transformer_gcn_decoder_tiny", "--no-decoder-gcn-labels", "--no-decoder-gcn-gates"],
+], ids=["bitran", "pascal+parent", "rgse+gcn", "gcn-labels-gates"])
+def test_train_generate_and_trees_through_the_cli(transition_bin, tmp_path, arch):  # noqa: F811
+    """Each decoder trains 3 updates and translates valid with beam 3: every hypothesis is a valid transition
+    sequence, and the tree written to --trees-out is the graph the decoder re-encoded at its last step (the
+    batched transition function's heads, computed here from the tokens)."""
+    raw, destdir, _ = transition_bin
+    common = [destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en", "--cpu",
+              "--num-workers", "0"]
+    result = run_cli("fairseq-train", *common, *arch, "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "1500",
+                     "--max-update", "3", "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing",
+                     "0.1", "--share-all-embeddings", "--save-dir", tmp_path / "ckpt", "--no-progress-bar",
+                     "--log-interval", "1", "--seed", "3")
+    losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", result.stdout + result.stderr)]
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    trees = tmp_path / "trees.conllu"
+    generated = run_cli("fairseq-generate", *common, "--path", tmp_path / "ckpt" / "checkpoint_last.pt",
+                        "--gen-subset", "valid", "--beam", "3", "--max-len-a", "1", "--max-len-b", "5",
+                        "--trees-out", trees)
+    dictionary = Dictionary.load(str(destdir / "dict.en.txt"))
+    transitions = TargetTransitions(dictionary.symbols)
+    written = {}
+    for block in trees.read_text(encoding="utf-8").split("\n\n"):
+        lines = block.strip().splitlines()
+        if lines:
+            sent_id = next(line.split("=", 1)[1].strip() for line in lines if line.startswith("# sent_id"))
+            written[sent_id] = [int(line.split("\t")[6]) for line in lines if not line.startswith("#")]
+    hypotheses = [line.split("\t") for line in generated.stdout.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == len(task_valid_lines(destdir)) == len(written)
+    for hypothesis in hypotheses:
+        tokens = hypothesis[2].split()
+        assert tr.is_valid_sequence(tokens), tokens
+        ids = torch.tensor([[2] + [dictionary.index(t) for t in tokens]])
+        scan = transitions.scan(ids)
+        heads = [0] * int(scan.num_words[0])
+        for head, dependent in zip(scan.head[0].tolist(), scan.dependent[0].tolist()):
+            if head >= 0:
+                heads[dependent] = head + 1
+        assert written[hypothesis[0][2:]] == heads
+
+
+def task_valid_lines(destdir):
+    return (destdir / "valid.en.txt").read_text(encoding="utf-8").splitlines()
