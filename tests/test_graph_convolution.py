@@ -24,6 +24,7 @@ from fairseq_syntax.modules.graph_convolution import (
 )
 
 from .devices import assert_same, on
+from .helpers import USER_DIR, run_cli
 
 NUM_LABELS = 7  # data-bin labels 0..6 (0: EOS and padding), SUBWORD = 7
 EMBED_DIM = 6
@@ -373,8 +374,8 @@ def test_bigru_reads_each_sentence_alone_whatever_the_padding(device):
 # ---- the mechanisms -----------------------------------------------------------------------------------------------
 
 def mechanism_args(**values):
-    return Namespace(**{"source_label_count": NUM_LABELS, "dropout": 0.0, "gcn_edge_dropout": 0.0,
-                        "no_gcn_labels": False, "no_gcn_gates": False, **values})
+    return Namespace(**{"source_label_count": NUM_LABELS, "dropout": 0.0, "encoder_gcn_edge_dropout": 0.0,
+                        "no_encoder_gcn_labels": False, "no_encoder_gcn_gates": False, **values})
 
 
 @pytest.mark.parametrize("normalize_before", [False, True])
@@ -426,7 +427,7 @@ def test_mechanisms_refuse_bad_options():
     with pytest.raises(ValueError, match="label dictionary"):
         GraphConvolutionSublayer(mechanism_args(source_label_count=None), EMBED_DIM, 2, 0)
     with pytest.raises(ValueError, match="edge-dropout"):
-        GraphConvolutionSublayer.check_args(mechanism_args(gcn_edge_dropout=1.0))
+        GraphConvolutionSublayer.check_args(mechanism_args(encoder_gcn_edge_dropout=1.0))
     with pytest.raises(ValueError, match="odd"):
         BiGRUGraphConvolution(mechanism_args(), 7, 1, 0)
 
@@ -460,8 +461,8 @@ def test_presets_put_the_mechanism_in_the_layers(graph_bin, arch):
     names = {name for name, _ in model.named_parameters()}
     assert "encoder.layers.0.syntax_module.gcn.weight.weight" in names
     assert model.syntax_features == {"src_parent_first", "src_labels", "src_word_ids"}
-    _, ablated = build(graph_bin, "--arch", arch, "--no-gcn-labels", "--no-gcn-gates", "--gcn-edge-dropout", "0.1",
-                       "--encoder-syntax-layers", "1")
+    _, ablated = build(graph_bin, "--arch", arch, "--no-encoder-gcn-labels", "--no-encoder-gcn-gates",
+                       "--encoder-gcn-edge-dropout", "0.1", "--encoder-syntax-layers", "1")
     assert ablated.encoder.layers[0].syntax_module is None
     gcn = ablated.encoder.layers[1].syntax_module.gcn
     assert not gcn.labels and not gcn.gates and gcn.edge_dropout == 0.1 and gcn.bias.shape == (3, 64)
@@ -525,3 +526,25 @@ def benchmark(batch=64, width=30, dim=256, repeats=50, threads=None):
 if __name__ == "__main__":
     benchmark(threads=1)
     benchmark(threads=2)
+
+
+def test_checkpoints_with_the_old_option_names_keep_their_settings(graph_bin, tmp_path):  # noqa: F811
+    """The encoder GCN's options were --gcn-edge-dropout, --no-gcn-labels, --no-gcn-gates before the decoder got a
+    GCN of its own: a checkpoint saved under those names loads with its settings (not the defaults)."""
+    result = run_cli("fairseq-train", graph_bin, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en",
+                     "-t", "de", "--arch", "transformer_gcn_tiny", "--no-encoder-gcn-labels",
+                     "--encoder-gcn-edge-dropout", "0.1", "--optimizer", "adam", "--max-tokens", "1500",
+                     "--max-update", "1", "--save-dir", tmp_path, "--cpu", "--num-workers", "0")
+    assert result.returncode == 0
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)
+    model_cfg = state["cfg"]["model"]
+    for new, old in (("no_encoder_gcn_labels", "no_gcn_labels"), ("encoder_gcn_edge_dropout", "gcn_edge_dropout"),
+                     ("no_encoder_gcn_gates", "no_gcn_gates")):
+        if hasattr(model_cfg, new):  # as a checkpoint of the old code
+            setattr(model_cfg, old, getattr(model_cfg, new))
+            delattr(model_cfg, new)
+    torch.save(state, tmp_path / "old.pt")
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(tmp_path / "old.pt")],
+                                                                 arg_overrides={"data": str(graph_bin)})
+    gcn = models[0].encoder.layers[0].syntax_module.gcn
+    assert (gcn.labels, gcn.gates, gcn.edge_dropout) == (False, True, 0.1)

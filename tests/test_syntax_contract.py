@@ -275,3 +275,27 @@ def test_decoder_needing_target_syntax_on_a_source_only_bin_is_refused(data_bin)
     task, cfg = load_task(destdir, "--arch", "toy_syntax_tiny", "--decoder-syntax", "toy_label_tagger")
     with pytest.raises(ValueError, match=r"needs target syntax \(\['tgt_labels'\]\).*its de side was not parsed"):
         task.build_model(cfg.model)
+
+
+def test_source_features_of_decoder_mechanisms_reach_beam_search(data_bin):  # noqa: F811
+    """A decoder mechanism that reads the source (src_word_ids): the encoder passes the feature on in its output,
+    so the decoder has it in beam search, where it gets no batch features (it was once filtered out silently); an
+    encoder output without it raises with the feature's name."""
+    import importlib
+    import sys
+    sys.path.insert(0, str(TOY_PLUGIN.parent))
+    importlib.import_module("toy_plugin")
+    _, destdir = data_bin
+    task, cfg = load_task(destdir, "--arch", "toy_syntax_tiny", "--decoder-syntax", "toy_source_words")
+    task.load_dataset("valid")
+    model = task.build_model(cfg.model).eval()
+    assert "src_word_ids" in task.net_input_features
+    batch = batch_of(task, size=4)
+    with torch.no_grad():
+        encoder_out = model.encoder.forward_torchscript(batch["net_input"])  # what fairseq's generator calls
+        assert torch.equal(encoder_out["syntax_src_word_ids"][0], batch["net_input"]["src_word_ids"])
+        prefix = batch["net_input"]["prev_output_tokens"][:, :1]
+        model.decoder(prefix, encoder_out=encoder_out, incremental_state={})  # no batch features: as in beam search
+        del encoder_out["syntax_src_word_ids"]
+        with pytest.raises(ValueError, match=r"source features \['src_word_ids'\]"):
+            model.decoder(prefix, encoder_out=encoder_out, incremental_state={})

@@ -39,7 +39,7 @@ EMBED, HIDDEN = 8, 6  # h~ has 2 x HIDDEN = 12 columns
 FEATURE_NAMES = {"src_parent_first", "src_labels", "src_word_ids"}
 LAYERS = {
     "gcn": {},
-    "gcn-unlabeled-ungated": {"no_gcn_labels": True, "no_gcn_gates": True},
+    "gcn-unlabeled-ungated": {"no_encoder_gcn_labels": True, "no_encoder_gcn_gates": True},
     "rgse": {},  # bi-total, gated, gated
     "rgse-forward-sum-normal": {"rgse_variant": "forward", "rgse_integration": "sum", "rgse_residual": "normal"},
     "rgse-bi-past-average": {"rgse_variant": "bi-past", "rgse_integration": "average"},
@@ -54,7 +54,7 @@ def encoder(layer, seed=0, dropout_out=0.0, **options):
     """A small SyntaxLSTMEncoder (1-layer BiLSTM) with the syntax layer `layer` ('none', 'gcn...', 'rgse...')."""
     torch.manual_seed(seed)
     args = Namespace(**{"lstm_syntax": layer.split("-")[0], "source_label_count": NUM_LABELS,
-                        "gcn_edge_dropout": 0.0, **LAYERS.get(layer, {}), **options})
+                        "encoder_gcn_edge_dropout": 0.0, **LAYERS.get(layer, {}), **options})
     module = SyntaxLSTMEncoder(args, DICT, embed_dim=EMBED, hidden_size=HIDDEN, bidirectional=True,
                                dropout_in=0.0, dropout_out=dropout_out)
     for name, p in module.named_parameters():  # away from the initialisations' small values, so every part counts
@@ -195,8 +195,8 @@ def test_encoder_refuses_a_batch_without_the_features_and_bad_options():
     run(encoder("none"), tokens, lengths, {})  # without a syntax layer no feature is needed
     with pytest.raises(ValueError, match="source label dictionary"):
         encoder("gcn", source_label_count=None)
-    with pytest.raises(ValueError, match="--gcn-edge-dropout"):
-        encoder("gcn", gcn_edge_dropout=1.0)
+    with pytest.raises(ValueError, match="--encoder-gcn-edge-dropout"):
+        encoder("gcn", encoder_gcn_edge_dropout=1.0)
     with pytest.raises(ValueError, match="--rgse-variant"):
         encoder("rgse", rgse_variant="sideways")
     with pytest.raises(ValueError, match="--lstm-syntax"):
@@ -282,7 +282,7 @@ def test_presets():
         name = function.__name__
         assert ARCH_MODEL_REGISTRY[name] is (LSTMModel if "birnn2" in name else SyntaxLSTMModel)
         if "gcn" in name:
-            assert (args.lstm_syntax, args.gcn_edge_dropout) == ("gcn", 0.2)
+            assert (args.lstm_syntax, args.encoder_gcn_edge_dropout) == ("gcn", 0.2)
         elif "rgse" in name:
             assert (args.lstm_syntax, args.rgse_variant, args.rgse_integration, args.rgse_residual) == (
                 "rgse", "bi-total", "gated", "gated")
@@ -350,8 +350,8 @@ def test_models_built_by_the_task(lstm_bin, arch, device):
                                       columns.numel() * torch.ones(1, dtype=torch.long, device=device), **features)[0]
                 torch.testing.assert_close(x[columns, b], alone[:, 0],
                                            **float32_tolerances(device, rtol=1e-5, atol=1e-6))
-    _, _, ablated = build(lstm_bin, "--arch", "lstm_gcn_tiny", "--no-gcn-labels", "--no-gcn-gates",
-                          "--gcn-edge-dropout", "0.1", "--encoder-hidden-size", "16")
+    _, _, ablated = build(lstm_bin, "--arch", "lstm_gcn_tiny", "--no-encoder-gcn-labels", "--no-encoder-gcn-gates",
+                          "--encoder-gcn-edge-dropout", "0.1", "--encoder-hidden-size", "16")
     gcn = ablated.encoder.syntax_layer.gcn
     assert not gcn.labels and not gcn.gates and gcn.edge_dropout == 0.1 and gcn.bias.shape == (3, 32)
 

@@ -29,14 +29,14 @@ METHODS = {
     "sh": ["--arch", "transformer_sh_tiny"],
     "multitask": ["--arch", "transformer_multitask_tiny"],
     "ldd": ["--arch", "transformer_ldd_tiny"],
-    "gcn": ["--arch", "transformer_gcn_tiny", "--gcn-edge-dropout", "0"],  # edge dropout: in RANDOMNESS
-    "birnn_gcn": ["--arch", "transformer_birnn_gcn_tiny", "--gcn-edge-dropout", "0"],
+    "gcn": ["--arch", "transformer_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],  # edge dropout: in RANDOMNESS
+    "birnn_gcn": ["--arch", "transformer_birnn_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],
     "rgse": ["--arch", "transformer_rgse_tiny"],
-    "lstm_gcn": ["--arch", "lstm_gcn_tiny", "--gcn-edge-dropout", "0"],  # recurrent NMT (syntax_lstm)
+    "lstm_gcn": ["--arch", "lstm_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],  # recurrent NMT (syntax_lstm)
     "lstm_rgse": ["--arch", "lstm_rgse_tiny"],
 }
-RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"], "gcn": ["--gcn-edge-dropout", "0.2"],
-              "birnn_gcn": ["--gcn-edge-dropout", "0.2"], "lstm_gcn": ["--gcn-edge-dropout", "0.2"]}
+RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"], "gcn": ["--encoder-gcn-edge-dropout", "0.2"],
+              "birnn_gcn": ["--encoder-gcn-edge-dropout", "0.2"], "lstm_gcn": ["--encoder-gcn-edge-dropout", "0.2"]}
 ARCHS = pytest.mark.parametrize("method", list(METHODS))
 
 

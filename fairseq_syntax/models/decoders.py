@@ -113,13 +113,25 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
 
     # ---- syntax inputs ------------------------------------------------------------------------------------------
 
+    @property
+    def source_features(self) -> tuple:
+        """The source-side features the decoder's mechanisms read: the encoder passes them on in its output, so
+        they reach the decoder in beam search too (where the decoder gets no batch features)."""
+        return tuple(name for name in self.syntax_features if FEATURES[name].side == "source")
+
     def batch_syntax(self, encoder_out, features) -> Dict[str, Tensor]:
-        """The target features of the batch (training) and the source features the encoder passed on."""
+        """The target features of the batch (training; none in beam search, where a mechanism derives what it
+        needs from the prefix) and the source features the encoder passed on (always; a missing one raises)."""
         syntax = {name: features[name] for name in self.syntax_features + self.optional_syntax_features
                   if name in features}
         if encoder_out is not None:
             syntax.update({key[len(SYNTAX_PREFIX):]: value[0] for key, value in encoder_out.items()
                            if key.startswith(SYNTAX_PREFIX)})
+        missing = [name for name in self.source_features if name not in syntax]
+        if missing:
+            raise ValueError(f"the decoder's syntax mechanisms read the source features {missing}, which the encoder "
+                             f"output does not carry (the encoder passes on what the model declares: build the "
+                             f"model with the syntax_transformer family)")
         return syntax
 
     def prefix_scan(self, prev_output_tokens: Tensor, incremental_state):

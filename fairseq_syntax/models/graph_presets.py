@@ -1,18 +1,20 @@
 """Architecture presets of the syntactic GCN baselines in the Transformer (Bastings et al., 2017, as the RGSE paper,
 Ding & Tao 2019, reimplemented them for its Table 3): `transformer_gcn` adds a gated, labeled GCN after
 self-attention in encoder layers 0-2, `transformer_birnn_gcn` replaces self-attention there by a bidirectional GRU
-followed by the GCN. Edge dropout 0.2, labels and gates on; `--no-gcn-labels` / `--no-gcn-gates` are the ablations
-of Choshen & Abend's Table 2 (fairseq_syntax/modules/graph_convolution.py)."""
+followed by the GCN. Edge dropout 0.2, labels and gates on; `--no-encoder-gcn-labels` / `--no-encoder-gcn-gates` are
+the ablations of Choshen & Abend's Table 2 (fairseq_syntax/modules/graph_convolution.py)."""
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
+from ..modules.graph_convolution import upgrade_option_names
 from .sizes import MULTI30K, TINY, set_default as _set_default, set_sizes as _set_sizes
 from .syntax_transformer import syntax_defaults
 
 
 def _graph(args, mechanism):
+    upgrade_option_names(args)  # a checkpoint of the old option names: its values, not these defaults
     _set_default(args, "encoder_syntax", mechanism)
-    _set_default(args, "gcn_edge_dropout", 0.2)
+    _set_default(args, "encoder_gcn_edge_dropout", 0.2)
     syntax_defaults(args)
     transformer_wmt_en_de(args)
 

@@ -21,6 +21,7 @@ far as it says). Its sizes are those of the syntax presets otherwise.
 from fairseq.models import register_model_architecture
 from fairseq.models.lstm import base_architecture
 
+from ..modules.graph_convolution import upgrade_option_names
 from .sizes import set_default as _set_default
 from .syntax_lstm import SyntaxLSTMModel  # noqa: F401  (the model is registered before its architectures)
 
@@ -43,9 +44,10 @@ def set_lstm_sizes(args, embed_dim, hidden_size, decoder_hidden_size, dropout, l
 
 
 def _syntax(args, layer, sizes):
+    upgrade_option_names(args)  # a checkpoint of the old option names: its values, not these defaults
     _set_default(args, "lstm_syntax", layer)
     if layer == "gcn":
-        _set_default(args, "gcn_edge_dropout", 0.2)  # Bastings et al.'s edge dropout (the RGSE paper keeps it)
+        _set_default(args, "encoder_gcn_edge_dropout", 0.2)  # Bastings et al.'s edge dropout (the RGSE paper keeps it)
     else:
         _set_default(args, "rgse_variant", "bi-total")
         _set_default(args, "rgse_integration", "gated")

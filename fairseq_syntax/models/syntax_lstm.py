@@ -5,7 +5,8 @@ The model `syntax_lstm` is fairseq's LSTMModel whose encoder runs fairseq's (bi)
 the syntax layer chosen by --lstm-syntax:
   none   nothing: the encoder computes what fairseq's LSTMEncoder computes
   gcn    h~ + gcn(h~): the gated, labeled, directed GCN of fairseq_syntax/modules/graph_convolution.py (edge dropout,
-         --no-gcn-labels, --no-gcn-gates, --gcn-edge-dropout) with a residual connection, as the project's
+         --no-encoder-gcn-labels, --no-encoder-gcn-gates, --encoder-gcn-edge-dropout) with a residual connection, as the
+         project's
          `birnn_gcn` mechanism (the RGSE paper's Transformer reimplementation of "BiRNN+GCN") puts it over its BiGRU
   rgse   the RGSE of fairseq_syntax/modules/rgse.py over h~ (--rgse-variant, --rgse-integration, --rgse-residual):
          its edge integration phi, its forward (and backward) GRUs s of C units, its residual tau with h~ and its
@@ -64,7 +65,9 @@ from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..modules.dependency_graph import piece_arcs
-from ..modules.graph_convolution import FEATURES, GraphConvolution, GraphConvolutionOptions, GraphConvolutionSublayer
+from ..modules.graph_convolution import (
+    FEATURES, GraphConvolution, GraphConvolutionOptions, GraphConvolutionSublayer, upgrade_option_names,
+)
 from ..modules.rgse import RecurrentGraphSyntaxEncoder, RGSEOptions
 
 SYNTAX_LAYERS = ("none", "gcn", "rgse")
@@ -84,8 +87,9 @@ class ResidualGraphConvolution(nn.Module):
         if not num_labels:
             raise ValueError("--lstm-syntax gcn needs the source label dictionary: train with --task "
                              "syntax_translation on a data-bin whose source side was parsed")
-        self.gcn = GraphConvolution(embed_dim, num_labels, labels=not option("no_gcn_labels"),
-                                    gates=not option("no_gcn_gates"), edge_dropout=float(option("gcn_edge_dropout")))
+        self.gcn = GraphConvolution(embed_dim, num_labels, labels=not option("no_encoder_gcn_labels"),
+                                    gates=not option("no_encoder_gcn_gates"),
+                                    edge_dropout=float(option("encoder_gcn_edge_dropout")))
 
     def forward(self, states: Tensor, syntax: Dict[str, Tensor], padding_mask: Optional[Tensor]) -> Tensor:
         arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"],
@@ -190,6 +194,7 @@ class SyntaxLSTMModel(LSTMModel):
         if OmegaConf.is_config(args):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         args.lstm_syntax = getattr(args, "lstm_syntax", None) or "none"
+        upgrade_option_names(args)
         # the source label dictionary's size (the GCN's bias rows), recorded in the checkpoint's args
         lang = getattr(task.cfg, "source_lang", None)
         label_dicts = getattr(task, "label_dicts", {})

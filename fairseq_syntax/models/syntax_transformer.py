@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
+from ..modules.graph_convolution import upgrade_option_names
 from .decoders import DECODERS, SYNTAX_PREFIX, SyntaxTransformerDecoder, split_layer_output, wrap_layer
 
 
@@ -40,6 +41,7 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         self.syntax_features = tuple(mechanism.features_for(cfg)) if mechanism else ()
         self.optional_syntax_features = tuple(mechanism.training_features) if mechanism else ()
         self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses) if mechanism else ()
+        self.passed_on_features: tuple = ()  # set by the model: the source features its decoder reads
         self.embedding_mechanism = None
         if mechanism is not None and mechanism.shape == "embedding":
             self.embedding_mechanism = mechanism(cfg, embed_tokens.embedding_dim, cfg.encoder.attention_heads, -1)
@@ -52,6 +54,9 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
                 token_embeddings: Optional[Tensor] = None, **features):
         syntax = _select_features(self.syntax_features, features, "encoder")
         syntax.update({name: features[name] for name in self.optional_syntax_features if name in features})
+        # what the decoder's mechanisms read of the source, passed on in encoder_out (beam search gives the decoder
+        # no batch features)
+        syntax.update(_select_features(self.passed_on_features, features, "decoder"))
         # fairseq's TransformerEncoderBase.forward_scriptable, with syntax passed to every layer
         encoder_padding_mask = src_tokens.eq(self.padding_idx)
         # read back once (fairseq's encoder keeps a tensor and reads it again before every layer: a sync each)
@@ -127,6 +132,7 @@ class SyntaxTransformerModel(TransformerModel):
             # its own fields of one: every syntax option would be dropped and PASCAL would train as vanilla
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         syntax_defaults(args)
+        upgrade_option_names(args)
         manifest = getattr(task, "manifest", None)
         if manifest is not None and getattr(args, "target_word_level", None) is None:
             # how the decoder reads words from its target tokens (transition mechanisms; recorded in the checkpoint)
@@ -139,7 +145,9 @@ class SyntaxTransformerModel(TransformerModel):
             lang = getattr(task.cfg, f"{side}_lang", None)
             if lang in label_dicts and getattr(args, f"{side}_label_count", None) is None:
                 setattr(args, f"{side}_label_count", len(label_dicts[lang]))
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        model.encoder.passed_on_features = tuple(getattr(model.decoder, "source_features", ()))
+        return model
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

@@ -64,11 +64,27 @@ FEATURES = ("src_parent_first", "src_labels", "src_word_ids")
 
 @dataclass
 class GraphConvolutionOptions(FairseqDataclass):
-    gcn_edge_dropout: float = field(default=0.2, metadata={
+    encoder_gcn_edge_dropout: float = field(default=0.2, metadata={
         "help": "GCN: probability of dropping each directed edge in training (self loops are kept; RGSE: 0.2)"})
-    no_gcn_labels: bool = field(default=False, metadata={
+    no_encoder_gcn_labels: bool = field(default=False, metadata={
         "help": "GCN without labels (-Labels): one bias per edge direction instead of per (direction, label)"})
-    no_gcn_gates: bool = field(default=False, metadata={"help": "GCN without edge gates (-Gates): every gate is 1"})
+    no_encoder_gcn_gates: bool = field(default=False, metadata={
+        "help": "GCN without edge gates (-Gates): every gate is 1"})
+
+
+# the encoder GCN's options before the decoder got a GCN of its own (--decoder-gcn-*): read from old checkpoints
+RENAMED_OPTIONS = {"gcn_edge_dropout": "encoder_gcn_edge_dropout", "no_gcn_labels": "no_encoder_gcn_labels",
+                   "no_gcn_gates": "no_encoder_gcn_gates"}
+
+
+def upgrade_option_names(args) -> None:
+    """Model args saved under the old option names (RENAMED_OPTIONS) get the new ones; the old are dropped."""
+    for old, new in RENAMED_OPTIONS.items():
+        if hasattr(args, old):
+            value = getattr(args, old)
+            if getattr(args, new, None) is None:
+                setattr(args, new, value)
+            delattr(args, old)
 
 
 def autocast_off(device: torch.device):
@@ -242,13 +258,14 @@ class BidirectionalGRU(nn.Module):
 # ---- the mechanisms ---------------------------------------------------------------------------------------------
 
 def build_graph_convolution(mechanism, args, embed_dim: int) -> GraphConvolution:
-    labels = not mechanism.option(args, "no_gcn_labels")
+    labels = not mechanism.option(args, "no_encoder_gcn_labels")
     num_labels = getattr(args, "source_label_count", None)
     if not num_labels:
         raise ValueError(f"--encoder-syntax {mechanism.name} needs the source label dictionary: train with --task "
                          f"syntax_translation on a data-bin whose source side was parsed")
-    return GraphConvolution(embed_dim, num_labels, labels=labels, gates=not mechanism.option(args, "no_gcn_gates"),
-                            edge_dropout=float(mechanism.option(args, "gcn_edge_dropout")))
+    return GraphConvolution(embed_dim, num_labels, labels=labels,
+                            gates=not mechanism.option(args, "no_encoder_gcn_gates"),
+                            edge_dropout=float(mechanism.option(args, "encoder_gcn_edge_dropout")))
 
 
 class _GraphMechanism(SyntaxMechanism):
@@ -258,9 +275,9 @@ class _GraphMechanism(SyntaxMechanism):
 
     @classmethod
     def check_args(cls, args):
-        rate = float(cls.option(args, "gcn_edge_dropout"))
+        rate = float(cls.option(args, "encoder_gcn_edge_dropout"))
         if not 0.0 <= rate < 1.0:
-            raise ValueError(f"--gcn-edge-dropout must be in [0, 1), got {rate}")
+            raise ValueError(f"--encoder-gcn-edge-dropout must be in [0, 1), got {rate}")
 
     def arcs(self, syntax) -> PieceArcs:
         return piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"],

@@ -164,6 +164,24 @@ class ToyRecency(SyntaxMechanism):
 ToyRecency = with_incremental_state(ToyRecency)
 
 
+@register_decoder_mechanism("toy_source_words")
+class ToySourceWords(SyntaxMechanism):
+    """Decoder score modifier that reads a source feature (the source's word count, from src_word_ids): adds a
+    learned multiple of it to every score of one head. Its feature must reach the decoder in beam search too."""
+
+    shape = "score_modifier"
+    features = ("src_word_ids",)
+    default_layers = "0"
+
+    def __init__(self, args, embed_dim, num_heads, layer_index):
+        super().__init__(args, embed_dim, num_heads, layer_index)
+        self.scale = nn.Parameter(torch.tensor(0.01))
+
+    def forward(self, x, syntax, key_padding_mask, incremental_state=None):
+        words = (syntax["src_word_ids"].max(dim=1).values + 1).to(torch.float32)  # (B,)
+        return ScoreModification((self.scale * words)[:, None, None, None], num_heads=1, mode="add")
+
+
 @register_model_architecture("syntax_transformer", "toy_syntax_tiny")
 def toy_syntax_tiny(args):
     set_sizes(args, **TINY)
