@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))  # the comparison's systems and training flags
 from systems import (  # noqa: E402  (examples/multi30k/systems.py)
-    BASELINE, MULTI30K_SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
+    BASELINE, MULTI30K_SYSTEMS, OWN_DATA_BINS, TRANSITION_SYSTEMS, own_data_bin_command, own_data_bin_name,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (examples/multi30k/training.py)
 from channel_bytes import measured_bytes_per_token  # noqa: E402  (bench/channel_bytes.py)
@@ -55,7 +55,8 @@ BIN = Path(sys.executable).parent
 # what each method is asked for against vanilla (issues; 0.95 unless listed): graph encoders run a GRU or a graph
 # convolution beside or instead of self-attention; None: reported without a target (Linearized's targets are
 # about twice as long: its cost against vanilla is measured, the target is on its masks, MASK_COST_TARGET)
-SPEED_TARGETS = {"ldd": 0.9, "udp": 0.9, "gcn": 0.85, "birnn_gcn": 0.75, "rgse": 0.75, "linearized": None}
+SPEED_TARGETS = {"ldd": 0.9, "udp": 0.9, "gcn": 0.85, "birnn_gcn": 0.75, "rgse": 0.75,
+                 **{system: None for system in TRANSITION_SYSTEMS}}
 MASK_COST_TARGET = 0.10  # issue 12: the validity masks take at most 10% of generation time
 GENERATE_PIECES = 25  # every plain hypothesis is forced to this many tokens (a transition one: see target_words)
 TARGET_PARSER = "de_gsd_pud"  # the German SuPar parser of examples/multi30k/compare.py's PARSERS

@@ -19,7 +19,19 @@ MULTI30K_SYSTEMS = {
     "rgse": ["--arch", "transformer_rgse_multi30k"],  # Ding & Tao's recurrent graph syntax encoder
     # Choshen & Abend's Linearized ablation: a stock decoder trained on the target tree's transition sequence
     "linearized": ["--arch", "transformer_linearized_multi30k"],
+    # ... and their decoders on the same sequences (Table 2): BiTran re-encodes the prefix bidirectionally at every
+    # step (exact: every prefix a view; _k4: 4 sampled prefixes per sentence per update), PARENT and the GCN
+    # decoder read the graph generated so far; -Labels and -Gates are the GCN's ablations
+    "bitran": ["--arch", "transformer_bitran_multi30k"],
+    "bitran_k4": ["--arch", "transformer_bitran_multi30k", "--bitran-prefixes", "4"],
+    "parent": ["--arch", "transformer_parent_multi30k"],
+    "gcn_decoder": ["--arch", "transformer_gcn_decoder_multi30k"],
+    "gcn_decoder_unlabeled": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels"],
+    "gcn_decoder_ungated": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
+                            "--no-decoder-gcn-gates"],
 }
+TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "gcn_decoder", "gcn_decoder_unlabeled",
+                      "gcn_decoder_ungated")
 
 
 # The encoder layer whose head 0 the comparison plots: 0 (PASCAL's syntax layer), but the top layer (-1) for systems
@@ -46,7 +58,8 @@ OWN_DATA_BINS = {
     "ldd": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),
     "udp": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),  # the same parser's 1-best, as in the paper
     # target tokens = transitions of the target parse; non-projective trees lifted, so no test line is dropped
-    "linearized": OwnDataBin("transitions", ("--target-transitions", "--projectivize"), target_parser=True),
+    **{system: OwnDataBin("transitions", ("--target-transitions", "--projectivize"), target_parser=True)
+       for system in TRANSITION_SYSTEMS},
 }
 
 
