@@ -305,13 +305,15 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         return self.run_all_views(prev_output_tokens, encoder_out, syntax, context)
 
     def run_view(self, tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
-        """One batch of prefixes of equal width (no padding): every column attends to every column."""
+        """One batch of prefixes (B, W), right-padded where shorter: every column attends to every real column."""
         if context is not None:
             syntax = dict(syntax, **{DECODER_CONTEXT: context})
+        padding = tokens.eq(self.padding_idx)
+        padding = padding if bool(padding.any()) else None
         x = self.embed(tokens)
         if self.input_module is not None:
-            x = self.input_module(x, syntax, None)
-        return self.run_layers(x, encoder_out, None, None, None, syntax)
+            x = self.input_module(x, syntax, padding)
+        return self.run_layers(x, encoder_out, None, None, padding, syntax)
 
     def view_rows(self, lengths: Tensor, width: int) -> Tensor:
         """(B, width) bool: which views (sentence, width n = column + 1) are computed this update."""
@@ -337,18 +339,20 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         column_aligned = {name for name in per_sentence if name in FEATURES and
                           FEATURES[name].alignment in ("target", "prev_output") and
                           FEATURES[name].kind not in ("word_value", "edge_value")}
-        for n in range(1, width + 1):
-            rows = chosen[:, n - 1].nonzero(as_tuple=True)[0]
-            if rows.numel() == 0:
-                continue
-            tokens = prev_output_tokens.index_select(0, rows)[:, :n]
-            view_syntax = {name: value.index_select(0, rows)[:, :n] if name in column_aligned
+        view_sentence, view_column = chosen.nonzero(as_tuple=True)
+        for rows, widths in view_buckets(view_sentence, view_column + 1):
+            wide = int(widths.max())
+            tokens = prev_output_tokens.index_select(0, rows)[:, :wide]
+            # a shorter view in the bucket: its prefix, padded on the right
+            outside = torch.arange(wide, device=tokens.device).unsqueeze(0) >= widths.unsqueeze(1)
+            tokens = tokens.masked_fill(outside, self.padding_idx)
+            view_syntax = {name: value.index_select(0, rows)[:, :wide] if name in column_aligned
                            else value.index_select(0, rows) for name, value in per_sentence.items()}
             view_context = None
             if context is not None:
-                columns = context.edge_columns.index_select(0, rows)[:, :n, :n]
-                labels = context.edge_labels.index_select(0, rows)[:, :n, :n]
-                inside = columns < n  # the prefix's own graph: edges whose arc is within the view
+                columns = context.edge_columns.index_select(0, rows)[:, :wide, :wide]
+                labels = context.edge_labels.index_select(0, rows)[:, :wide, :wide]
+                inside = columns < widths.view(-1, 1, 1)  # the prefix's own graph: edges whose arc is in the view
                 view_context = DecoderContext(tokens, torch.where(inside, columns, torch.full_like(columns, -1)),
                                               torch.where(inside, labels, torch.full_like(labels, -1)),
                                               "prefix", reencoded=True)
@@ -357,10 +361,32 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                 auxiliary_losses[name] = auxiliary_losses[name] + value if name in auxiliary_losses else value
             if features is None:
                 features = x.new_zeros(batch, width, x.size(-1))
-            features = features.index_put((rows, torch.full_like(rows, n - 1)), x[:, -1])
+            last = x.gather(1, (widths - 1).view(-1, 1, 1).expand(-1, 1, x.size(-1))).squeeze(1)
+            features = features.index_put((rows, widths - 1), last)
         if features is None:
             features = prev_output_tokens.new_zeros(batch, width, self.output_embed_dim, dtype=torch.float)
         extra = {"attn": [None], "inner_states": [features.transpose(0, 1)], "predicted": chosen}
         if auxiliary_losses:
             extra["auxiliary_losses"] = auxiliary_losses
         return features, extra
+
+
+PADDING_ALLOWED = 1.25  # a bucket of views may run up to 25% more columns than its views have (view_buckets)
+
+
+def view_buckets(sentences: Tensor, widths: Tensor, allowed: float = PADDING_ALLOWED):
+    """Groups of BiTran views (sentence, prefix width) run as one right-padded batch: widest first, a group takes
+    the next view while its padded columns (rows x its widest) stay within `allowed` x the views' own columns.
+    Views of one width never pad; fewer, larger groups save per-call overhead where views are few per width
+    (sampled prefixes). Yields (sentences, widths) per group."""
+    order = torch.argsort(widths, descending=True, stable=True)
+    sentences, widths = sentences[order], widths[order]
+    counts = widths.tolist()
+    start = 0
+    while start < len(counts):
+        wide, own, stop = counts[start], 0, start
+        while stop < len(counts) and (stop - start + 1) * wide <= allowed * (own + counts[stop]):
+            own += counts[stop]
+            stop += 1
+        yield sentences[start:stop], widths[start:stop]
+        start = stop
