@@ -10,7 +10,9 @@ Systems (examples/multi30k/systems.py's decoders at the chosen size): linearized
 view), bitran_k4 (4 sampled prefixes per sentence), parent and gcn_decoder (exact, the same prefix policy as
 bitran). Each runs forward + backward (the syntax criterion's loss) on the same batches, 1 torch thread, after one
 warm-up batch; the median over --repeats of the seconds per batch is reported, as target tokens per second
-(the batch's non-padding target tokens / its time) and as a ratio to Linearized.
+(the batch's non-padding target tokens / its time) and as a ratio to Linearized. Generation: beam 5 over the
+valid split, every hypothesis forced to --generate-length tokens, sentences per second (randomly initialised
+models: the lengths are forced, so every decoder does the same steps).
 
 The bound. With T target tokens a causal decoder runs T columns per sentence; re-encoding every prefix runs
 sum_n n = T (T + 1) / 2 (the views of BiTran's exact training, grouped with at most 25% padding:
@@ -115,6 +117,32 @@ def time_step(model, criterion, sample, repeats: int, decoder_only: bool = False
     return statistics.median(times[1:])
 
 
+def generation_speed(task, model, length: int, batch_size: int = 32) -> float:
+    """Sentences per second of fairseq's beam search (beam 5) over the valid split, every hypothesis forced to
+    `length` tokens before EOS (min one shorter, bench/target_words.py `forced_lengths`), under the validity masks;
+    eval mode, 1 thread."""
+    from argparse import Namespace
+
+    model.eval()
+    generator = task.build_generator([model], Namespace(beam=5, max_len_a=0, max_len_b=length, min_len=length - 1,
+                                                        nbest=1, unnormalized=False, lenpen=1, unkpen=0,
+                                                        temperature=1.0, match_source_len=False,
+                                                        no_repeat_ngram_size=0, sampling=False, sampling_topk=-1,
+                                                        sampling_topp=-1.0, constraints=None, diverse_beam_groups=-1,
+                                                        diverse_beam_strength=0.5, diversity_rate=-1.0,
+                                                        print_alignment=None, score_reference=False,
+                                                        iter_decode_max_iter=10, retain_iter_history=False))
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    iterator = task.get_batch_iterator(dataset, max_sentences=batch_size, seed=1).next_epoch_itr(shuffle=False)
+    sentences, started = 0, time.perf_counter()
+    with torch.no_grad():
+        for sample in iterator:
+            task.inference_step(generator, [model], sample)
+            sentences += len(sample["id"])
+    return sentences / (time.perf_counter() - started)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="work/decoder-cost")
@@ -123,6 +151,8 @@ def main(argv=None):
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k", "medium"))
+    parser.add_argument("--generate-length", type=int, default=40,
+                        help="tokens before EOS every hypothesis is forced to in the generation timing (0: none)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     from fairseq_syntax.paths import data_root
@@ -138,10 +168,12 @@ def main(argv=None):
     counted = {key: sum(columns(s["net_input"]["prev_output_tokens"], pad)[key] for s in samples)
                for key in ("causal", "exact_views", "padded_views", "sampled_k4_expected")}
     tokens = sum(int(s["target"].ne(pad).sum()) for s in samples)
-    seconds, decoder_seconds = {}, {}
+    seconds, decoder_seconds, generate = {}, {}, {}
     for system in DECODERS:
         task, model, criterion = build(destdir, system, args.arch_size)
         seconds[system] = sum(time_step(model, criterion, s, args.repeats) for s in samples)
+        if args.generate_length:
+            generate[system] = generation_speed(task, model, args.generate_length)
         if system == "linearized":
             decoder_seconds[system] = sum(time_step(model, criterion, s, args.repeats, decoder_only=True)
                                           for s in samples)
@@ -155,6 +187,9 @@ def main(argv=None):
         "columns": counted, "exact_over_causal_columns": ratio,
         "padded_over_exact_columns": counted["padded_views"] / counted["exact_views"],
         "seconds": seconds, "tokens_per_second": {s: tokens / t for s, t in seconds.items()},
+        "generate_sentences_per_second": generate, "generate_length": args.generate_length,
+        "generate_speed_vs_linearized": {s: v / generate["linearized"] for s, v in generate.items()} if generate
+        else {},
         "speed_vs_linearized": {s: seconds["linearized"] / t for s, t in seconds.items()},
         "linearized_decoder_seconds": decoder_seconds["linearized"], "encoder_seconds": encoder_seconds,
         "exact_reencoding_bound_seconds": bound, "bitran_over_bound": seconds["bitran"] / bound,

@@ -192,11 +192,13 @@ def test_bitran_views_equal_one_run_per_prefix(transition_bin, options, device):
         assert not torch.allclose(after[:, 7:], features[:, 7:])
 
 
-def test_sampled_prefixes_predict_k_positions_with_their_exact_values(transition_bin):  # noqa: F811
+@pytest.mark.parametrize("options", [[], ["--decoder-syntax", "parent,gcn"]], ids=["bitran", "parent,gcn"])
+def test_sampled_prefixes_predict_k_positions_with_their_exact_values(transition_bin, options):  # noqa: F811
     """--bitran-prefixes 3: three prefixes per sentence per update (all of a shorter sentence), each with the value
-    of exact training; the targets of the others are padding (get_targets), so the loss counts only these."""
+    of exact training (sampled views run in right-padded groups of several widths, exact ones one width at a
+    time); the targets of the others are padding (get_targets), so the loss counts only these."""
     _, destdir, _ = transition_bin
-    task, model = tiny_model(destdir, "--bitran-prefixes", "3")
+    task, model = tiny_model(destdir, "--bitran-prefixes", "3", *options)
     sample = first_batch(task)
     prev = sample["net_input"]["prev_output_tokens"]
     model.train()  # sampling happens in training; dropout is 0
