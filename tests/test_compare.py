@@ -390,3 +390,35 @@ def test_readme_results_tables_are_the_committed_results_files():
             checked += 1
     if not checked:
         pytest.skip("no results sections in README.md or docs/results.md yet")
+
+
+def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
+    """A run killed mid-training (no `trained` marker, a checkpoint_last.pt) goes on: fairseq-train restores the
+    checkpoint, and the log is appended to so the validations before the interruption stay in the curves."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out"))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    calls = []
+
+    def fake_run(args, log_file=None, threads=None, append=False):
+        calls.append(append)
+        with open(log_file, "a" if append else "w") as sink:  # what compare.run does with the file
+            sink.write(f"segment {len(calls)}\n")
+
+    monkeypatch.setattr(compare, "run", fake_run)
+    monkeypatch.setattr(compare.Comparison, "translate", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(compare.Comparison, "write_record", lambda self, *args, **kwargs: None)
+    work = comparison.run_dir("en-de.spacy", "vanilla", 1)
+    (work / "checkpoints").mkdir(parents=True)
+    (work / "train.log").write_text("segment 0: validations before a kill\n")
+    (work / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
+    comparison.train_and_translate(data_bin, tmp_path / "bin", "vanilla", 1)
+    assert calls == [True]
+    assert (work / "train.log").read_text().splitlines() == ["segment 0: validations before a kill", "segment 1"]
+    assert comparison.runs["en-de.spacy/vanilla/seed1"]["resumed"] is True
+    fresh = comparison.run_dir("en-de.spacy", "pascal", 1)
+    fresh.mkdir(parents=True)
+    (fresh / "train.log").write_text("a log of another attempt without a checkpoint\n")
+    comparison.train_and_translate(data_bin, tmp_path / "bin", "pascal", 1)
+    assert calls == [True, False] and (fresh / "train.log").read_text() == "segment 2\n"
+    assert "resumed" not in comparison.runs["en-de.spacy/pascal/seed1"]

@@ -86,13 +86,13 @@ def log(message):
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run(args, log_file=None, threads: Optional[int] = None):
+def run(args, log_file=None, threads: Optional[int] = None, append: bool = False):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "w") if log_file else open(os.devnull, "w") as sink:
+    with open(log_file, "a" if append else "w") if log_file else open(os.devnull, "w") as sink:
         result = subprocess.run([str(a) for a in args], stdout=sink, stderr=subprocess.STDOUT, env=env)
     if result.returncode != 0:
         raise SystemExit(f"failed: {' '.join(map(str, args[:3]))} ... (log: {log_file})")
@@ -308,11 +308,16 @@ class Comparison:
         work.mkdir(parents=True, exist_ok=True)
         key = f"{data_bin.name}/{system}/seed{seed}"
         if not (work / "trained").exists():
-            log(f"training {key} ({self.profile.budget_text()})")
+            # An interrupted run goes on from its last checkpoint (fairseq-train restores checkpoint_last.pt with
+            # its meters); its log is appended to, so the curves keep the validations made before the interruption.
+            resumed = (work / "checkpoints" / "checkpoint_last.pt").exists()
+            log(f"{'resuming' if resumed else 'training'} {key} ({self.profile.budget_text()})")
             started = time.time()
             run(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, system, seed,
-                              work / "checkpoints"), work / "train.log", self.settings.threads)
-            self.record_run(key, train_seconds=round(time.time() - started, 1))
+                              work / "checkpoints"), work / "train.log", self.settings.threads, append=resumed)
+            # after a resumption the seconds are those of the last part only, and the record says so
+            seconds = round(time.time() - started, 1)
+            self.record_run(key, train_seconds=seconds, **({"resumed": True} if resumed else {}))
             (work / "trained").write_text("")
         output = work / "generate.test.txt"
         trees, parsed = self.tree_files(data_bin.name, system, seed) if generates_trees(system) else (None, None)
@@ -377,8 +382,8 @@ class Comparison:
                         "precision": self.settings.precision, "threads": self.settings.threads,
                         "jobs": self.settings.jobs},
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "seconds": {key: facts[key] for key in ("train_seconds", "test_translate_seconds", "parse_trees_seconds")
-                        if key in facts},
+            "seconds": {key: facts[key] for key in ("train_seconds", "test_translate_seconds", "parse_trees_seconds",
+                                                    "resumed") if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
                          "target_tokens_per_second": train_speed(work / "train.log")},
