@@ -4,15 +4,19 @@ transition sequences), measured in one run on the same batches, and against what
   python bench/decoder_cost.py --workdir work/decoder-cost [--sentences 2000] [--batches 12] [--arch-size multi30k]
 
 Data: the first N sentences of UD English-EWT train as a --target-transitions data-bin (the gold trees,
-`--target-parser conllu`; the source is the same text, parsed from the same file), made once in WORKDIR: no
-parser to train, so the benchmark runs anywhere the shared data is.
-Systems (examples/multi30k/systems.py's decoders at the chosen size): linearized, bitran (exact: every prefix a
-view), bitran_k4 (4 sampled prefixes per sentence), parent and gcn_decoder (exact, the same prefix policy as
-bitran). Each runs forward + backward (the syntax criterion's loss) on the same batches, 1 torch thread, after one
-warm-up batch; the median over --repeats of the seconds per batch is reported, as target tokens per second
-(the batch's non-padding target tokens / its time) and as a ratio to Linearized. Generation: beam 5 over the
-valid split, every hypothesis forced to --generate-length tokens, sentences per second (randomly initialised
-models: the lengths are forced, so every decoder does the same steps).
+`--target-parser conllu`; the source is the same text, parsed from the same file), and the same sentences as a
+plain data-bin with the same sentencepiece model (for vanilla; its target also
+split at the parser's words, so the pieces are the same), made once in WORKDIR: no parser to train, so the
+benchmark runs anywhere the shared data is.
+Systems (examples/multi30k/systems.py's at the chosen size): vanilla (fairseq's transformer on the plain target),
+linearized, bitran (exact: every prefix a view), bitran_k4 (4 sampled prefixes per sentence), parent and
+gcn_decoder (exact, the same prefix policy as bitran). Each runs forward + backward (the syntax criterion's loss)
+on the same batches (vanilla: the same sentences), 1 torch thread, after one warm-up; the median over --repeats
+of the seconds per batch is reported as target tokens per second (a transition target holds arcs and marks too),
+as target words per second (pieces + EOS, bench/target_words.py: the same count for every system) and as ratios
+to Linearized and vanilla. Generation: beam 5 over the valid split, vanilla forced to --generate-pieces tokens, a
+transition decoder to the transition tokens that many pieces come with in the data (target_words.forced_lengths),
+sentences per second (randomly initialised models: the lengths are forced, so every decoder does the same steps).
 
 The bound. With T target tokens a causal decoder runs T columns per sentence; re-encoding every prefix runs
 sum_n n = T (T + 1) / 2 (the views of BiTran's exact training, grouped with at most 25% padding:
@@ -38,16 +42,19 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))
-from systems import MULTI30K_SYSTEMS  # noqa: E402  (examples/multi30k/systems.py)
+sys.path.insert(0, str(REPO / "bench"))
+from systems import BASELINE, MULTI30K_SYSTEMS  # noqa: E402  (examples/multi30k/systems.py)
+from target_words import forced_lengths, target_token_counts  # noqa: E402  (bench/target_words.py)
 
-DECODERS = ("linearized", "bitran", "bitran_k4", "parent", "gcn_decoder")
+DECODERS = ("vanilla", "linearized", "bitran", "bitran_k4", "parent", "gcn_decoder")
 TARGETS = {"bitran_k4": ("linearized", 0.5), "parent": ("bitran", 1 / 1.3), "gcn_decoder": ("bitran", 1 / 1.3)}
 
 
-def make_data_bin(workdir: Path, data_root: Path, sentences: int) -> Path:
-    destdir = workdir / "data-bin"
-    if (destdir / "syntax.json").exists():
-        return destdir
+def make_data_bins(workdir: Path, data_root: Path, sentences: int) -> tuple:
+    """(the transition data-bin, the plain one of the same sentences with the same sentencepiece model)."""
+    destdir, plain = workdir / "data-bin", workdir / "data-bin-plain"
+    if (destdir / "syntax.json").exists() and (plain / "syntax.json").exists():
+        return destdir, plain
     raw = workdir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     blocks = []
@@ -63,12 +70,17 @@ def make_data_bin(workdir: Path, data_root: Path, sentences: int) -> Path:
             (raw / f"{split}.{lang}.conllu").write_text(text, encoding="utf-8")
         lines = [next(line[len("# text = "):] for line in block.splitlines() if line.startswith("# text = "))
                  for block in chosen]
-        (raw / f"{split}.de").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        for lang in ("de", "en"):  # the plain data-bin reads the target's text
+            (raw / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     from fairseq_syntax_preprocess.cli import run
     run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
          "--source-parser", "conllu", "--target-parser", "conllu", "--target-transitions", "--projectivize",
          "--spm-vocab-size", "4000", "--joined-dictionary", "--destdir", str(destdir)])
-    return destdir
+    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+         "--source-parser", "conllu", "--target-parser", "conllu", "--spm-model", str(destdir / "spm.model"),
+         "--joined-dictionary",
+         "--destdir", str(plain)])
+    return destdir, plain
 
 
 def build(destdir: Path, system: str, size: str):
@@ -117,14 +129,15 @@ def time_step(model, criterion, sample, repeats: int, decoder_only: bool = False
     return statistics.median(times[1:])
 
 
-def generation_speed(task, model, length: int, batch_size: int = 32) -> float:
+def generation_speed(task, model, lengths: tuple, batch_size: int = 32) -> float:
     """Sentences per second of fairseq's beam search (beam 5) over the valid split, every hypothesis forced to
-    `length` tokens before EOS (min one shorter, bench/target_words.py `forced_lengths`), under the validity masks;
-    eval mode, 1 thread."""
+    `lengths` (max, min tokens before EOS), under the validity masks where the data-bin has transitions; eval mode,
+    1 thread."""
     from argparse import Namespace
 
     model.eval()
-    generator = task.build_generator([model], Namespace(beam=5, max_len_a=0, max_len_b=length, min_len=length - 1,
+    max_len, min_len = lengths
+    generator = task.build_generator([model], Namespace(beam=5, max_len_a=0, max_len_b=max_len, min_len=min_len,
                                                         nbest=1, unnormalized=False, lenpen=1, unkpen=0,
                                                         temperature=1.0, match_source_len=False,
                                                         no_repeat_ngram_size=0, sampling=False, sampling_topk=-1,
@@ -151,14 +164,18 @@ def main(argv=None):
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k", "medium"))
-    parser.add_argument("--generate-length", type=int, default=40,
-                        help="tokens before EOS every hypothesis is forced to in the generation timing (0: none)")
+    parser.add_argument("--generate-pieces", type=int, default=25,
+                        help="pieces every hypothesis is forced to in the generation timing, with the arcs and marks "
+                             "they come with in the data for a transition decoder (0: no generation timing)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    from fairseq_syntax.data.channels import SyntaxManifest
+    from fairseq_syntax.data.transition_channels import word_rule
+    from fairseq_syntax.data.transitions import vocabulary_classes
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
-    destdir = make_data_bin(workdir, data_root(), args.sentences)
+    destdir, plain = make_data_bins(workdir, data_root(), args.sentences)
     task, _, _ = build(destdir, "linearized", args.arch_size)
     task.load_dataset("train")
     dataset = task.dataset("train")
@@ -168,29 +185,55 @@ def main(argv=None):
     counted = {key: sum(columns(s["net_input"]["prev_output_tokens"], pad)[key] for s in samples)
                for key in ("causal", "exact_views", "padded_views", "sampled_k4_expected")}
     tokens = sum(int(s["target"].ne(pad).sum()) for s in samples)
+    classes = vocabulary_classes(task.target_dictionary.symbols,
+                                 word_rule(SyntaxManifest.load(str(destdir)).word_level)).numpy()
+
+    def word_counts(targets):
+        return target_token_counts(torch.cat([t[t.ne(pad)] for t in targets]).numpy(), classes)
+
+    words = word_counts(s["target"] for s in samples)["words"]
+    # vanilla: the same sentences from the plain data-bin, collated as fairseq would
+    plain_task, _, _ = build(plain, BASELINE, args.arch_size)
+    plain_task.load_dataset("train")
+    plain_dataset = plain_task.dataset("train")
+    plain_samples = [plain_dataset.collater([plain_dataset[int(i)] for i in s["id"]]) for s in samples]
+    plain_pad = plain_task.target_dictionary.pad()
+    plain_words = sum(int(s["target"].ne(plain_pad).sum()) for s in plain_samples)
+    if plain_words != words:  # the same pieces + EOS, or the two data-bins do not hold the same sentences
+        raise SystemExit(f"{plain}: {plain_words} target words in the batches, {destdir}: {words}")
+    train_counts = word_counts(task.dataset("train")[i]["target"] for i in range(len(dataset)))
+    lengths = {system: (args.generate_pieces, args.generate_pieces) if system == BASELINE
+               else forced_lengths(train_counts, args.generate_pieces) for system in DECODERS}
     seconds, decoder_seconds, generate = {}, {}, {}
     for system in DECODERS:
-        task, model, criterion = build(destdir, system, args.arch_size)
-        seconds[system] = sum(time_step(model, criterion, s, args.repeats) for s in samples)
-        if args.generate_length:
-            generate[system] = generation_speed(task, model, args.generate_length)
+        system_task, model, criterion = build(plain if system == BASELINE else destdir, system, args.arch_size)
+        batches = plain_samples if system == BASELINE else samples
+        seconds[system] = sum(time_step(model, criterion, s, args.repeats) for s in batches)
+        if args.generate_pieces:
+            generate[system] = generation_speed(system_task, model, lengths[system])
         if system == "linearized":
             decoder_seconds[system] = sum(time_step(model, criterion, s, args.repeats, decoder_only=True)
                                           for s in samples)
-        print(f"{system}: {seconds[system]:.2f} s for {args.batches} batches ({tokens / seconds[system]:.0f} target "
-              f"tokens/s)", flush=True)
+        print(f"{system}: {seconds[system]:.2f} s for {args.batches} batches ({words / seconds[system]:.0f} target "
+              f"words/s)", flush=True)
     encoder_seconds = seconds["linearized"] - decoder_seconds["linearized"]
     ratio = counted["exact_views"] / counted["causal"]
     bound = encoder_seconds + decoder_seconds["linearized"] * ratio
+
+    def relative(values, reference):
+        return {s: values[reference] / t if values is seconds else t / values[reference] for s, t in values.items()}
+
     report = {
-        "batches": args.batches, "target_tokens": tokens, "size": args.arch_size, "max_tokens": args.max_tokens,
-        "columns": counted, "exact_over_causal_columns": ratio,
+        "batches": args.batches, "target_tokens": tokens, "target_words": words, "size": args.arch_size,
+        "max_tokens": args.max_tokens, "columns": counted, "exact_over_causal_columns": ratio,
         "padded_over_exact_columns": counted["padded_views"] / counted["exact_views"],
-        "seconds": seconds, "tokens_per_second": {s: tokens / t for s, t in seconds.items()},
-        "generate_sentences_per_second": generate, "generate_length": args.generate_length,
-        "generate_speed_vs_linearized": {s: v / generate["linearized"] for s, v in generate.items()} if generate
-        else {},
-        "speed_vs_linearized": {s: seconds["linearized"] / t for s, t in seconds.items()},
+        "seconds": seconds, "tokens_per_second": {s: tokens / t for s, t in seconds.items() if s != BASELINE},
+        "words_per_second": {s: words / t for s, t in seconds.items()},
+        "speed_vs_linearized": relative(seconds, "linearized"), "speed_vs_vanilla": relative(seconds, BASELINE),
+        "generate_sentences_per_second": generate, "generate_pieces": args.generate_pieces,
+        "generate_lengths": lengths if generate else {},
+        "generate_speed_vs_linearized": relative(generate, "linearized") if generate else {},
+        "generate_speed_vs_vanilla": relative(generate, BASELINE) if generate else {},
         "linearized_decoder_seconds": decoder_seconds["linearized"], "encoder_seconds": encoder_seconds,
         "exact_reencoding_bound_seconds": bound, "bitran_over_bound": seconds["bitran"] / bound,
         "targets": {s: {"against": other, "speed_ratio": seconds[other] / seconds[s], "target": target,
@@ -199,7 +242,6 @@ def main(argv=None):
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "decoder_cost.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
-
 
 if __name__ == "__main__":
     main()

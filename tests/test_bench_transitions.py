@@ -1,5 +1,5 @@
 """bench/target_words.py: how bench/bench.py counts the Linearized system's target words and sets its forced
-generation length (issue 12)."""
+generation length (issue 12), and bench/decoder_cost.py at the tiny size."""
 import sys
 from pathlib import Path
 
@@ -106,3 +106,23 @@ def test_mask_ab_splits_the_extra_time_into_masks_decoder_and_search():
     # rest: (11 - 6.2 - 0.5) - (10 - 6) = 0.3; (12.6 - 7 - 0.6) - (12 - 6.9) = -0.1; (24 - 12 - 0.4) - 9 = 2.6
     assert ab["rest_extra_seconds"] == pytest.approx(0.3)
     assert (ab["minor_faults_with"], ab["minor_faults_without"]) == (40, 10)
+
+
+def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences(data_root, tmp_path):
+    """bench/decoder_cost.py at the tiny size: vanilla reads the same sentences from its plain data-bin (the bench
+    stops if their pieces + EOS differ from the transition batches'), every decoder is timed for training and
+    generation, and the generation lengths are the pieces for vanilla and more (arcs, marks) for the others."""
+    import json
+
+    import decoder_cost
+
+    decoder_cost.main(["--workdir", str(tmp_path), "--sentences", "120", "--batches", "1", "--repeats", "1",
+                       "--arch-size", "tiny", "--max-tokens", "400", "--generate-pieces", "6"])
+    report = json.loads((tmp_path / "decoder_cost.json").read_text())
+    assert set(report["seconds"]) == set(report["generate_sentences_per_second"]) == set(decoder_cost.DECODERS)
+    assert report["target_tokens"] > report["target_words"] > 0  # transition targets also hold arcs and marks
+    assert report["generate_lengths"]["vanilla"] == [6, 6]
+    assert all(max_len > 6 and min_len == max_len - 1 for name, (max_len, min_len)
+               in report["generate_lengths"].items() if name != "vanilla")
+    assert report["speed_vs_vanilla"]["vanilla"] == report["speed_vs_linearized"]["linearized"] == 1.0
+    assert report["columns"]["exact_views"] > report["columns"]["causal"]
