@@ -276,6 +276,84 @@ def test_mask_is_applied_to_every_beam_at_every_step(transition_bin, monkeypatch
     assert steps == set(range(8))  # max_len 7: steps 0..7, the last one EOS only
 
 
+def heads_by_the_papers_table(tokens):
+    """The tree of a generated sequence, read with Choshen & Abend's transition table alone (not the code under
+    test): a piece starting with U+2581, or the attached-word mark, pushes a new word; any other piece continues
+    the word just pushed (right after a piece or the mark only); LEFT-ARC makes the top word the head of the second
+    and pops the second, RIGHT-ARC makes the second the head of the top and pops the top (two words needed); EOS
+    comes last, with one word left: the root. Returns the 1-based heads (0: root); AssertionError where the
+    sequence breaks the table."""
+    stack, heads, words, open_word, after_mark = [], {}, 0, False, False
+    for position, token in enumerate(tokens):
+        assert token not in ("<s>", "<pad>", "<unk>") and not token.startswith("madeupword"), (position, token)
+        assert not (after_mark and (token == "</s>" or is_arc(token) or token.startswith("\u2581"))), position
+        if token == "</s>":
+            assert position == len(tokens) - 1 and len(stack) == 1, (position, stack)
+            heads[stack[0]] = 0
+            return [heads[word] for word in range(1, words + 1)]
+        if is_arc(token):
+            assert len(stack) >= 2, position
+            top, second = stack.pop(), stack.pop()
+            head, dependent = (top, second) if token.startswith("LEFT-ARC:") else (second, top)
+            heads[dependent] = head
+            stack.append(head)
+            open_word = False
+        elif token == "<attached>" or token.startswith("\u2581"):
+            words += 1
+            stack.append(words)
+            open_word, after_mark = True, token == "<attached>"
+        else:
+            assert open_word, (position, token)
+            after_mark = False
+    raise AssertionError("no EOS")
+
+
+SEARCH_OPTIONS = {
+    "beam12-nbest12": ["--beam", "12", "--nbest", "12"],
+    "sampling-beam4": ["--sampling", "--beam", "4", "--nbest", "4"],
+    "sampling-topk": ["--sampling", "--sampling-topk", "5", "--beam", "3", "--nbest", "3"],
+    "sampling-topp": ["--sampling", "--sampling-topp", "0.9", "--beam", "3", "--nbest", "3"],
+    "diverse-beam-groups": ["--diverse-beam-groups", "2", "--beam", "4", "--nbest", "4"],
+    "diversity-rate": ["--diversity-rate", "0.5", "--beam", "4", "--nbest", "4"],
+    "lenpen-unkpen": ["--lenpen", "0.3", "--unkpen", "3", "--beam", "4", "--nbest", "4"],
+    "min-len-near-max": ["--min-len", "9", "--max-len-a", "0", "--max-len-b", "10", "--beam", "4", "--nbest", "4"],
+}
+
+
+@pytest.mark.parametrize("options", SEARCH_OPTIONS.values(), ids=SEARCH_OPTIONS.keys())
+def test_every_search_option_only_makes_valid_trees(transition_bin, options):
+    """A randomly initialised Linearized model (near-uniform distributions reach every corner of the masks) under
+    fairseq's search options: no crash (sampling with a beam once died on a finished row with no allowed token,
+    diverse beam groups on fairseq's own indexing by dataset ids), and every hypothesis, read by the paper's table
+    (heads_by_the_papers_table), is one tree over all its words, with a finite score."""
+    _, destdir, _ = transition_bin
+    length = [] if "--max-len-b" in options else ["--max-len-a", "0", "--max-len-b", "40"]
+    task, model, cfg = build(destdir, *options, *length)
+    generator = task.build_generator([model], cfg.generation)
+    symbols = task.target_dictionary.symbols
+    nbest = int(options[options.index("--nbest") + 1])
+    count = 0
+    for sample in batches(task):
+        for sentence_hypos in task.inference_step(generator, [model], sample):
+            assert len(sentence_hypos) == nbest
+            for hypo in sentence_hypos:
+                tokens = [symbols[i] for i in hypo["tokens"].tolist()]
+                heads = heads_by_the_papers_table(tokens)
+                assert heads.count(0) == 1 and all(0 <= h <= len(heads) for h in heads), tokens
+                assert np.isfinite(hypo["score"].item()), tokens
+                count += 1
+    assert count == nbest * len(task.dataset("valid"))
+
+
+def test_match_source_len_is_refused_with_the_reason(transition_bin):
+    """A transition target's length cannot follow its source's (arcs and marks): the option is refused when the
+    generator is built, naming it (it once made invalid sequences with finite scores)."""
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, "--match-source-len", "--beam", "4")
+    with pytest.raises(ValueError, match="--match-source-len"):
+        task.build_generator([model], cfg.generation)
+
+
 # ---- the real entry points: tiny train + fairseq-generate ----------------------------------------------------
 
 @pytest.mark.parametrize("arch", [["--arch", "transformer_linearized_tiny"],

@@ -17,9 +17,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
 from ..data.transition_function import TransitionScan
+from ..data.transitions import EOS
 
 SCAN_KEY = "transition_scan"  # the ensemble's entry in the first model's incremental state
 
@@ -40,7 +42,11 @@ def transition_penalty(scan: TransitionScan, token_class: Tensor, remaining: Opt
     """(B, V): 0 where the scan's validity function allows the token, -inf elsewhere, to be added to
     log-probabilities. Built per class (B, NUM_CLASSES) and spread over the vocabulary with one index_select
     (bench/timed_generate.py measures the masks' share of generation time)."""
+    # A finished row may only repeat EOS: fairseq keeps a hypothesis that ended as a padding row of the beam
+    # (marked to ignore, never finalised: sampling draws only `beam` candidates, so EOS draws become such rows), and
+    # sampling needs some token with probability there ("invalid multinomial distribution" otherwise).
     allowed = scan.allowed_classes(remaining)
+    allowed[:, EOS] |= scan.finished
     per_class = torch.zeros(allowed.shape, dtype=dtype, device=token_class.device).masked_fill_(~allowed, -math.inf)
     return per_class.index_select(1, token_class)
 
@@ -89,18 +95,19 @@ class TransitionSequenceGenerator(SequenceGenerator):
     def __init__(self, models, tgt_dict, token_class: Tensor = None, **kwargs):
         if token_class is None or len(token_class) != len(tgt_dict):
             raise ValueError("TransitionSequenceGenerator needs the class of every target symbol (token_class)")
+        if kwargs.get("match_source_len"):
+            raise ValueError("--match-source-len: a transition target holds arcs and attached-word marks besides its "
+                             "pieces, so its length cannot follow the source's; bound it with --max-len-a/--max-len-b")
         super().__init__(TransitionMaskedEnsemble(models, token_class), tgt_dict, **kwargs)
 
     def _generate(self, sample, prefix_tokens=None, constraints=None, bos_token=None):
         net_input = sample["net_input"]
         source = net_input["src_tokens"] if "src_tokens" in net_input else net_input["source"]
-        # fairseq's own max_len of this batch (SequenceGenerator._generate)
-        if self.match_source_len:
-            lengths = net_input.get("src_lengths")
-            if lengths is None:
-                lengths = (source.ne(self.eos) & source.ne(self.pad)).long().sum(dim=1)
-            max_len = int(lengths.max())
-        else:
-            max_len = min(int(self.max_len_a * source.size(1) + self.max_len_b), self.max_len - 1)
-        self.model.max_len = max_len
+        # fairseq's own max_len of this batch (SequenceGenerator._generate; --match-source-len is refused)
+        self.model.max_len = min(int(self.max_len_a * source.size(1) + self.max_len_b), self.max_len - 1)
+        if isinstance(self.search, DiverseBeamSearch) and "id" in sample:
+            # fairseq's DiverseBeamSearch indexes its table of the batch's sentences (bsz rows) by the ids that
+            # _generate takes from sample["id"], the dataset's: out of range after the first batch (IndexError, with
+            # a stock transformer too). Without "id", _generate numbers the batch's sentences from 0, as it should.
+            sample = {key: value for key, value in sample.items() if key != "id"}
         return super()._generate(sample, prefix_tokens=prefix_tokens, constraints=constraints, bos_token=bos_token)
