@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import fairseq_syntax  # noqa: F401
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
+from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
 from fairseq_syntax.data import transitions as tr
 from fairseq_syntax.models.decoders import select_encoder_out
 from fairseq_syntax.modules.decoder_context import DecoderContext, TargetTransitions
@@ -196,7 +198,8 @@ def test_bitran_views_equal_one_run_per_prefix(transition_bin, options, device):
 def test_sampled_prefixes_predict_k_positions_with_their_exact_values(transition_bin, options):  # noqa: F811
     """--bitran-prefixes 3: three prefixes per sentence per update (all of a shorter sentence), each with the value
     of exact training (sampled views run in right-padded groups of several widths, exact ones one width at a
-    time); the targets of the others are padding (get_targets), so the loss counts only these."""
+    time); only those positions are output, packed (1, N, C) in the order of predicted.nonzero(), with their
+    targets packed alike (get_targets), so the output projection and the loss run on them alone."""
     _, destdir, _ = transition_bin
     task, model = tiny_model(destdir, "--bitran-prefixes", "3", *options)
     sample = first_batch(task)
@@ -209,10 +212,21 @@ def test_sampled_prefixes_predict_k_positions_with_their_exact_values(transition
     assert predicted.sum(1).tolist() == lengths.clamp(max=3).tolist()
     model.eval()
     exact, _ = model(**sample["net_input"], features_only=True)
-    torch.testing.assert_close(features[predicted], exact[predicted], rtol=1e-4, atol=1e-5)
+    assert features.shape == (1, int(predicted.sum()), exact.size(-1)) and extra["packed"]
+    torch.testing.assert_close(features[0], exact[predicted], rtol=1e-4, atol=1e-5)
     targets = model.get_targets(sample, (features, extra))
-    assert targets[~predicted].eq(task.target_dictionary.pad()).all()
-    assert torch.equal(targets[predicted], sample["target"][predicted])
+    assert torch.equal(targets[0], sample["target"][predicted])
+    # the loss is per predicted token: the packed loss equals the full output's loss over the predicted positions
+    criterion = SyntaxLabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    torch.manual_seed(4)
+    model.train()
+    loss, sample_size, logging = criterion(model, sample)
+    assert sample_size == int(predicted.sum())
+    logits = model.output_layer(exact[predicted].unsqueeze(0))
+    lprobs = model.get_normalized_probs((logits,), log_probs=True).view(-1, logits.size(-1))
+    reference = label_smoothed_nll_loss(lprobs, sample["target"][predicted].view(-1), 0.1,
+                                        ignore_index=task.target_dictionary.pad())[0]
+    torch.testing.assert_close(loss, reference, rtol=1e-4, atol=1e-4)
 
 
 def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training(transition_bin):  # noqa: F811

@@ -278,8 +278,9 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     n (column n-1 predicts target n-1) are stacked into one batch of n columns with no padding, so a batch costs
     one layer-stack call per distinct width and exactly the re-encoding's sum over prefixes of n columns (about
     T^2/2 per sentence instead of T). Sampled (--bitran-prefixes k): k prefixes per sentence chosen uniformly
-    without replacement per update; only their targets count (extra["predicted"], read by the model's
-    get_targets). Generation re-encodes the prefix at every step of beam search (no self-attention cache)."""
+    without replacement per update; only their positions are output, packed (extra["predicted"] says which;
+    the model's get_targets packs the targets alike). Generation re-encodes the prefix at every step of beam
+    search (no self-attention cache)."""
 
     policy = "prefix"
 
@@ -368,6 +369,11 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         if features is None:
             features = prev_output_tokens.new_zeros(batch, width, self.output_embed_dim, dtype=torch.float)
         extra = {"attn": [None], "inner_states": [features.transpose(0, 1)], "predicted": chosen}
+        if self.predicts_some_positions and self.training:
+            # only the sampled positions are predicted: packed as (1, N, C) in the order of chosen.nonzero(), so the
+            # output projection and the loss run on those N alone (the model's get_targets packs the targets alike)
+            features = features[chosen].unsqueeze(0)
+            extra["packed"] = True
         if auxiliary_losses:
             extra["auxiliary_losses"] = auxiliary_losses
         return features, extra

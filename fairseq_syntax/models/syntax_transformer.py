@@ -199,13 +199,17 @@ class SyntaxTransformerModel(TransformerModel):
         return x, extra
 
     def get_targets(self, sample, net_output):
-        """The targets, with padding where the decoder made no prediction (BiTran's sampled prefixes)."""
+        """The targets of the positions the decoder predicted (BiTran's sampled prefixes): packed (1, N) like its
+        output where it packs them, else with padding at the others."""
         target = sample["target"]
         extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
         predicted = extra.get("predicted")
         if predicted is None:
             return target
-        return target.masked_fill(~predicted[:, :target.size(1)], self.decoder.padding_idx)
+        predicted = predicted[:, :target.size(1)]
+        if extra.get("packed"):
+            return target[predicted].unsqueeze(0)
+        return target.masked_fill(~predicted, self.decoder.padding_idx)
 
     def get_normalized_probs(self, net_output, log_probs: bool, sample=None):
         """A decoder mechanism's forbidden tokens get probability 0: one masked_fill over the whole beam."""
