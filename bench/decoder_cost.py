@@ -30,7 +30,6 @@ Targets (issue "Target-side syntax, part 2"): bitran_k4 >= 0.5x Linearized's spe
 1.3x of bitran's time.
 """
 import argparse
-import gzip
 import json
 import statistics
 import sys
@@ -45,6 +44,7 @@ sys.path.insert(0, str(REPO / "examples" / "multi30k"))
 sys.path.insert(0, str(REPO / "bench"))
 from systems import BASELINE, MULTI30K_SYSTEMS  # noqa: E402  (examples/multi30k/systems.py)
 from target_words import forced_lengths, target_token_counts  # noqa: E402  (bench/target_words.py)
+from tests.helpers import write_ewt_sample  # noqa: E402  (the EWT copy task of the transition tests)
 
 DECODERS = ("vanilla", "linearized", "bitran", "bitran_k4", "parent", "gcn_decoder")
 TARGETS = {"bitran_k4": ("linearized", 0.5), "parent": ("bitran", 1 / 1.3), "gcn_decoder": ("bitran", 1 / 1.3)}
@@ -55,23 +55,7 @@ def make_data_bins(workdir: Path, data_root: Path, sentences: int) -> tuple:
     destdir, plain = workdir / "data-bin", workdir / "data-bin-plain"
     if (destdir / "syntax.json").exists() and (plain / "syntax.json").exists():
         return destdir, plain
-    raw = workdir / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    blocks = []
-    with gzip.open(data_root / "ud" / "UD_English-EWT" / "en_ewt-ud-train.conllu.gz", "rt", encoding="utf-8") as f:
-        for block in f.read().split("\n\n"):
-            if block.strip():
-                blocks.append(block.strip("\n"))
-            if len(blocks) == sentences + 100:
-                break
-    for split, chosen in (("train", blocks[:sentences]), ("valid", blocks[sentences:])):
-        text = "\n\n".join(chosen) + "\n\n"
-        for lang in ("en", "de"):
-            (raw / f"{split}.{lang}.conllu").write_text(text, encoding="utf-8")
-        lines = [next(line[len("# text = "):] for line in block.splitlines() if line.startswith("# text = "))
-                 for block in chosen]
-        for lang in ("de", "en"):  # the plain data-bin reads the target's text
-            (raw / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    raw = write_ewt_sample(data_root, workdir / "raw", sentences, 100)
     from fairseq_syntax_preprocess.cli import run
     run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
          "--source-parser", "conllu", "--target-parser", "conllu", "--target-transitions", "--projectivize",

@@ -69,3 +69,45 @@ def toy_dictionary(size: int):
     for i in range(size):
         dictionary.add_symbol(f"w{i}")
     return dictionary
+
+
+def write_ewt_sample(data_root: Path, out: Path, train: int, valid: int) -> Path:
+    """A copy task from the first UD English-EWT train trees: OUT/{train,valid}.{en,de}.conllu (the same trees on
+    both sides) and OUT/{split}.{de,en} (their text), `train` then `valid` sentences (also bench/decoder_cost.py's
+    data)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with gzip.open(data_root / "ud" / "UD_English-EWT" / "en_ewt-ud-train.conllu.gz", "rt", encoding="utf-8") as f:
+        blocks = []
+        for block in f.read().split("\n\n"):
+            if block.strip():
+                blocks.append(block.strip("\n"))
+            if len(blocks) == train + valid:
+                break
+    for split, chosen in (("train", blocks[:train]), ("valid", blocks[train:])):
+        text = "\n\n".join(chosen) + "\n\n"
+        lines = [next(line[len("# text = "):] for line in block.splitlines() if line.startswith("# text = "))
+                 for block in chosen]
+        for lang in ("en", "de"):
+            (out / f"{split}.{lang}.conllu").write_text(text, encoding="utf-8")
+            (out / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return out
+
+
+def assert_incremental_decoding_equals_full(decoder, prefixes, encoder_out, reorder_at: int, name: str = ""):
+    """Step-by-step decoding of `prefixes` (4 rows, no padding) with fairseq's incremental state gives what the
+    decoder gives on the whole prefixes, also when beam search moves the hypotheses between rows (at step
+    `reorder_at`, reorder_incremental_state)."""
+    import torch
+
+    with torch.no_grad():
+        full, _ = decoder(prefixes, encoder_out=encoder_out)
+        order = torch.tensor([2, 0, 3, 1], device=prefixes.device)
+        back = torch.argsort(order)
+        state, steps, tokens = {}, [], prefixes[order]
+        for t in range(prefixes.size(1)):
+            if t == reorder_at:
+                decoder.reorder_incremental_state_scripting(state, back)
+                tokens = tokens[back]
+            step, _ = decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
+            steps.append(step if t >= reorder_at else step[back])
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")

@@ -15,7 +15,7 @@ import fairseq_syntax  # noqa: F401
 from fairseq_syntax.modules.pascal import ParentScaledModifier
 
 from .devices import on
-from .helpers import REPO, USER_DIR, preprocess_sample, run_cli
+from .helpers import REPO, USER_DIR, assert_incremental_decoding_equals_full, preprocess_sample, run_cli
 from .test_end_to_end import data_bin, load_task, trained  # noqa: F401  (module fixture: a small syntax data-bin)
 
 TOY_PLUGIN = REPO / "tests" / "toy_plugin"
@@ -252,18 +252,7 @@ def test_incremental_decoding_equals_full_sequence(two_sided_bin, device):
         assert prefixes.ne(task.target_dictionary.pad()).all()
         with torch.no_grad():
             encoder_out = model.encoder(**source)
-            full, _ = model.decoder(prefixes, encoder_out=encoder_out)
-            order = torch.tensor([2, 0, 3, 1], device=device)
-            back = torch.argsort(order)
-            state, steps, tokens = {}, [], prefixes[order]
-            for t in range(prefixes.size(1)):
-                if t == 3:  # beam search moves hypotheses between slots
-                    model.decoder.reorder_incremental_state_scripting(state, back)
-                    tokens = tokens[back]
-                step, _ = model.decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
-                steps.append(step if t >= 3 else step[back])
-        torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5,
-                                   msg=lambda m: f"{mechanism}: {m}")
+        assert_incremental_decoding_equals_full(model.decoder, prefixes, encoder_out, reorder_at=3, name=mechanism)
 
 
 def test_decoder_needing_target_syntax_on_a_source_only_bin_is_refused(data_bin):  # noqa: F811

@@ -24,7 +24,7 @@ from fairseq_syntax.modules.mechanisms import DECODER_CONTEXT
 from fairseq_syntax.modules.parent import ParentAttention
 
 from .devices import on
-from .helpers import USER_DIR, run_cli
+from .helpers import USER_DIR, assert_incremental_decoding_equals_full, run_cli
 from .test_transition_decoding import batches, transition_bin  # noqa: F401  (module fixture: EWT as the target)
 from .test_transitions import PAPER_TOKENS
 
@@ -245,17 +245,7 @@ def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training
     with torch.no_grad():
         source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
         encoder_out = model.encoder(**source)
-        full, _ = model.decoder(prev, encoder_out=encoder_out)
-        order = torch.tensor([2, 0, 3, 1])
-        back = torch.argsort(order)
-        state, steps, tokens = {}, [], prev[order]
-        for t in range(prev.size(1)):
-            if t == 6:  # beam search moves hypotheses between rows
-                model.decoder.reorder_incremental_state_scripting(state, back)
-                tokens = tokens[back]
-            step, _ = model.decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
-            steps.append(step if t >= 6 else step[back])
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6)
 
 
 # ---- through fairseq-train and fairseq-generate, with trees ----------------------------------------------------

@@ -4,7 +4,6 @@ decoder presets, beam search that only makes valid trees, transition-free text o
 The data: the first UD English-EWT train sentences as the parsed target (`--target-parser conllu`), their text as
 the "de" source (a copy task; the source is parsed from the same CoNLL-U for the PASCAL encoder). EWT has
 non-projective trees among its first sentences, so the drops are exercised on real data."""
-import gzip
 import json
 import re
 import shutil
@@ -26,29 +25,9 @@ from fairseq_syntax.data.transitions import (
 )
 from fairseq_syntax.parsers.conllu_reader import read_conllu
 
-from .helpers import USER_DIR, hypotheses, run_cli
+from .helpers import USER_DIR, hypotheses, run_cli, write_ewt_sample
 
 TRAIN, VALID = 150, 30
-
-
-def write_ewt_sample(data_root, out):
-    """RAW/{train,valid}.{en,de}.conllu (the same trees on both sides) and RAW/{split}.de (their text)."""
-    out.mkdir(parents=True, exist_ok=True)
-    with gzip.open(data_root / "ud" / "UD_English-EWT" / "en_ewt-ud-train.conllu.gz", "rt", encoding="utf-8") as f:
-        blocks = []
-        for block in f.read().split("\n\n"):
-            if block.strip():
-                blocks.append(block.strip("\n"))
-            if len(blocks) == TRAIN + VALID:
-                break
-    for split, chosen in (("train", blocks[:TRAIN]), ("valid", blocks[TRAIN:])):
-        text = "\n\n".join(chosen) + "\n\n"
-        for lang in ("en", "de"):
-            (out / f"{split}.{lang}.conllu").write_text(text, encoding="utf-8")
-        lines = [next(line[len("# text = "):] for line in block.splitlines() if line.startswith("# text = "))
-                 for block in chosen]
-        (out / f"{split}.de").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return out
 
 
 def preprocess(raw, destdir, *options):
@@ -62,7 +41,7 @@ def preprocess(raw, destdir, *options):
 @pytest.fixture(scope="module")
 def transition_bin(data_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("transitions")
-    raw = write_ewt_sample(data_root, work / "raw")
+    raw = write_ewt_sample(data_root, work / "raw", TRAIN, VALID)
     destdir = work / "data-bin"
     summary = preprocess(raw, destdir, "--source-parser", "conllu")
     return raw, destdir, summary
