@@ -340,6 +340,14 @@ def check_multitask_arguments(args) -> None:
                          "tokens): --target-parser would be unused; leave it out")
 
 
+def multiword_counts(trees) -> Dict[str, int]:
+    """Of trees read from CoNLL-U: the sentences with a multiword token, the multiword tokens (each read as one
+    surface word, its tree changed: conllu_reader) and the syntactic words they held."""
+    return {"sentences": sum(1 for tree in trees if tree.multiword_tokens),
+            "tokens": sum(tree.multiword_tokens for tree in trees),
+            "syntactic_words": sum(tree.merged_words for tree in trees)}
+
+
 @dataclass
 class SplitData:
     name: str
@@ -613,6 +621,17 @@ class Preprocessor:
             **({"ldd": self.parsers[src].distribution_stats.summary()} if args.source_ldd else {}),
             "shard": f"{args.shard_id + 1}/{args.num_shards}",
         }
+        given = [lang for lang in self.langs if self.parser_specs[lang] == "conllu"]
+        if given:  # what reading trees over surface words changed (conllu_reader: multiword tokens collapsed)
+            summary["multiword_tokens"] = {d.name: {lang: multiword_counts(d.trees[lang]) for lang in given}
+                                           for d in datas}
+            for d in datas:
+                for lang in given:
+                    counts = summary["multiword_tokens"][d.name][lang]
+                    if counts["tokens"]:
+                        logger.info("%s.%s: %d multiword tokens (%d syntactic words) read as one word each, in %d "
+                                    "of %d sentences", d.name, lang, counts["tokens"], counts["syntactic_words"],
+                                    counts["sentences"], len(d.trees[lang]))
         if args.target_transitions:
             summary["target_transitions"] = {
                 "arc_tokens": sum(map(is_arc, arcs)), "non_projective": {d.name: d.non_projective for d in datas},

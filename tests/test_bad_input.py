@@ -1,8 +1,10 @@
 """Bad input: every problem is an error naming the file and line, or a drop with its reason; nothing shifts."""
 import gzip
+import json
 import re
 import shutil
 
+import conllu
 import pytest
 
 import fairseq_syntax  # noqa: F401
@@ -153,6 +155,15 @@ def test_real_ud_sample_both_sides_gold(data_root, tmp_path):
     task, _ = load_task(destdir, "-s", "de", "-t", "cs")
     task.load_dataset("train")
     assert len(task.dataset("train")) == 80
+    # every multiword token read as one word is counted in preprocess.json, per side: against the range lines
+    summary = json.loads((destdir / "preprocess.json").read_text())
+    for lang in ("de", "cs"):
+        ranges = [[token["id"] for token in sentence if isinstance(token["id"], tuple) and token["id"][1] == "-"]
+                  for sentence in conllu.parse((raw / f"train.{lang}.conllu").read_text(encoding="utf-8"))]
+        assert summary["multiword_tokens"]["train"][lang] == {
+            "sentences": sum(1 for r in ranges if r), "tokens": sum(len(r) for r in ranges),
+            "syntactic_words": sum(last - first + 1 for r in ranges for first, _, last in r)}
+    assert summary["multiword_tokens"]["train"]["de"]["tokens"] > 0
 
 
 @pytest.fixture

@@ -78,6 +78,7 @@ def test_tree_scorer_reads_what_preprocessing_reads(multiword_file, tmp_path):
     preprocessing = [tree for _, tree in read_conllu(str(multiword_file))]
     scorer = read_trees(multiword_file, "parsed trees")
     assert [(t.words, t.heads, t.labels) for t in preprocessing] == EXPECTED
+    assert [(t.multiword_tokens, t.merged_words) for t in preprocessing] == [(1, 2), (1, 2), (1, 2)]  # preprocess.json
     assert [(t.words, t.heads, t.labels) for t in scorer] == EXPECTED
     # gzipped as well
     gz = tmp_path / "parsed.conllu.gz"

@@ -23,6 +23,10 @@ class ParsedSentence:
     arc_probs: Optional[list] = field(default=None, repr=False)
     # optional compressed labeled dependency distributions (LDD), from SuPar with --source-ldd
     distributions: Optional[object] = field(default=None, repr=False)
+    # read from CoNLL-U: multiword tokens collapsed into one surface word, and the syntactic words they held
+    # (conllu_reader.surface_words); counted in preprocess.json, not part of the tree
+    multiword_tokens: int = field(default=0, repr=False, compare=False)
+    merged_words: int = field(default=0, repr=False, compare=False)
 
     @property
     def text(self) -> str:

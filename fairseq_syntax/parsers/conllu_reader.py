@@ -66,12 +66,15 @@ def _depth(word: int, heads: List[int]) -> int:
 
 
 class SurfaceWords(NamedTuple):
-    """One sentence over its surface words (see the module docstring): forms, 1-based heads (0 = root), labels and
-    each word's MISC field (for SpaceAfter)."""
+    """One sentence over its surface words (see the module docstring): forms, 1-based heads (0 = root), labels,
+    each word's MISC field (for SpaceAfter), and how many multiword tokens were collapsed and how many syntactic
+    words they held."""
     forms: List[str]
     heads: List[int]
     labels: List[str]
     miscs: List[Optional[dict]]
+    multiword_tokens: int = 0
+    merged_words: int = 0
 
 
 def surface_words(tokens, where: str, require_labels: bool = True) -> SurfaceWords:
@@ -101,6 +104,7 @@ def surface_words(tokens, where: str, require_labels: bool = True) -> SurfaceWor
     # units: surface words after collapsing multiword tokens
     unit_of = {}
     units = []  # (form, representative word id, misc)
+    collapsed = merged = 0  # multiword tokens, and the syntactic words they held
     word_id = 1
     while word_id <= len(words):
         if word_id in ranges:
@@ -112,6 +116,7 @@ def surface_words(tokens, where: str, require_labels: bool = True) -> SurfaceWor
             for w in members:
                 unit_of[w] = len(units)
             units.append((ranges[word_id]["form"], representative, ranges[word_id]["misc"]))
+            collapsed, merged = collapsed + 1, merged + len(members)
             word_id = last + 1
         else:
             unit_of[word_id] = len(units)
@@ -122,7 +127,8 @@ def surface_words(tokens, where: str, require_labels: bool = True) -> SurfaceWor
         head = heads[representative - 1]
         unit_heads.append(0 if head == 0 else unit_of[head] + 1)
         unit_labels.append(labels[representative - 1])
-    return SurfaceWords([form for form, _, _ in units], unit_heads, unit_labels, [misc for _, _, misc in units])
+    return SurfaceWords([form for form, _, _ in units], unit_heads, unit_labels, [misc for _, _, misc in units],
+                        multiword_tokens=collapsed, merged_words=merged)
 
 
 def _spaces_from_misc(miscs: List[Optional[dict]]) -> List[str]:
@@ -153,7 +159,8 @@ def tree_from_tokenlist(tokens, where: str, check_tree: bool = True) -> ParsedSe
             spaces = _spaces_from_misc(surface.miscs)
     else:
         spaces = _spaces_from_misc(surface.miscs)
-    parsed = ParsedSentence(forms, spaces, surface.heads, surface.labels)
+    parsed = ParsedSentence(forms, spaces, surface.heads, surface.labels, multiword_tokens=surface.multiword_tokens,
+                            merged_words=surface.merged_words)
     if check_tree:
         try:
             parsed.validate()
