@@ -142,14 +142,13 @@ def transition_target_words(data_bin: Path) -> Optional[dict]:
     (target_words.target_token_counts) and the share of words among the training targets' tokens."""
     from fairseq.data import Dictionary, indexed_dataset
     from fairseq_syntax.data.channels import SyntaxManifest
-    from fairseq_syntax.data.transition_channels import word_rule
-    from fairseq_syntax.data.transitions import vocabulary_classes
+    from fairseq_syntax.data.transition_channels import target_token_classes
 
     manifest = SyntaxManifest.load(str(data_bin))
     if manifest is None or not manifest.target_transitions:
         return None
     dictionary = Dictionary.load(str(data_bin / "dict.de.txt"))
-    classes = vocabulary_classes(dictionary.symbols, word_rule(manifest.word_level)).numpy()
+    classes = target_token_classes(dictionary.symbols, manifest.word_level).numpy()
     counts = {}
     for split in ("train", "test"):
         dataset = indexed_dataset.MMapIndexedDataset(str(data_bin / f"{split}.en-de.de"))

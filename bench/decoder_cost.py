@@ -153,9 +153,6 @@ def main(argv=None):
                              "they come with in the data for a transition decoder (0: no generation timing)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    from fairseq_syntax.data.channels import SyntaxManifest
-    from fairseq_syntax.data.transition_channels import word_rule
-    from fairseq_syntax.data.transitions import vocabulary_classes
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
@@ -169,8 +166,7 @@ def main(argv=None):
     counted = {key: sum(columns(s["net_input"]["prev_output_tokens"], pad)[key] for s in samples)
                for key in ("causal", "exact_views", "padded_views", "sampled_k4_expected")}
     tokens = sum(int(s["target"].ne(pad).sum()) for s in samples)
-    classes = vocabulary_classes(task.target_dictionary.symbols,
-                                 word_rule(SyntaxManifest.load(str(destdir)).word_level)).numpy()
+    classes = task.transition_classes.numpy()  # the task's: the data-bin's word rule
 
     def word_counts(targets):
         return target_token_counts(torch.cat([t[t.ne(pad)] for t in targets]).numpy(), classes)

@@ -460,6 +460,22 @@ def test_word_vocabulary_transitions(transition_bin, tmp_path):
     sentences = conllu.parse(trees_out.read_text(encoding="utf-8"))
     assert len(sentences) == count
     assert all(is_projective([token["head"] for token in s]) for s in sentences)
+    # an unknown word is a word: valid targets with <unk> read as the trees they were made from, and <unk> may be
+    # generated wherever a word may (it once was never valid: no unknown word could be read or emitted)
+    from fairseq_syntax.data.transition_function import TransitionScan
+    from fairseq_syntax.tasks.constrained_generation import transition_mask
+
+    unk = target.unk()
+    dataset = task.dataset("valid")
+    with_unk = [dataset[i]["target"] for i in range(len(dataset)) if bool((dataset[i]["target"] == unk).any())]
+    assert with_unk, "the valid split should hold words outside the training vocabulary"
+    for target_ids in with_unk:
+        scan = TransitionScan.of(target_ids[:-1].unsqueeze(0), task.transition_classes)
+        assert bool(scan.applied.all()) and int(scan.num_words) == sum(not is_arc(symbols[i]) for i in target_ids[:-1])
+    start = torch.tensor([[target.eos()]])  # fairseq's BOS: a hypothesis with no token yet
+    assert bool(transition_mask(start, task.transition_classes)[0, unk])
+    from fairseq_syntax.modules.decoder_context import TargetTransitions
+    assert torch.equal(TargetTransitions(symbols, word_level=True).token_class, task.transition_classes)  # decoders
 
 
 def test_linearized_presets():

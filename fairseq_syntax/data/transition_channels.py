@@ -19,8 +19,8 @@ import numpy as np
 
 from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, register_channel
 from .transitions import (
-    EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD, every_piece_is_a_word, mark_attached_words, oracle,
-    starts_with_word_mark, vocabulary_classes, vocabulary_labels,
+    EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD, FAIRSEQ_SPECIALS, every_piece_is_a_word, mark_attached_words,
+    oracle, starts_with_word_mark, vocabulary_classes, vocabulary_labels,
 )
 
 EDGES_CHANNEL, EDGE_LABELS_CHANNEL = "transition_edges", "transition_edge_labels"
@@ -42,6 +42,14 @@ def word_rule(word_level: bool):
     """The word-boundary rule of a data-bin's target tokens at decoding time: every token is a word in a word-level
     data-bin, else sentencepiece's U+2581 rule (transitions.py, "Word boundaries")."""
     return every_piece_is_a_word if word_level else starts_with_word_mark
+
+
+def target_token_classes(symbols: Sequence[str], word_level: bool):
+    """(V,) the transition class of every symbol of a data-bin's target dictionary, by its word rule (word_rule).
+    In a word-level data-bin `<unk>` is a word (one outside the vocabulary: unknown target words are read as words
+    and may be generated); with sentencepiece's byte fallback it never occurs and stays never valid."""
+    specials = tuple(s for s in FAIRSEQ_SPECIALS if not (word_level and s == "<unk>"))
+    return vocabulary_classes(symbols, word_rule(word_level), specials=specials)
 
 
 def transition_sequence(heads: Sequence[int], labels: Sequence[str], pieces: Sequence[str],

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 
 from ..data.transition_function import TransitionScan
-from ..data.transitions import every_piece_is_a_word, parse_arc, starts_with_word_mark, vocabulary_classes
+from ..data.transition_channels import target_token_classes
+from ..data.transitions import parse_arc
 
 POLICIES = ("causal", "prefix")
 
@@ -33,8 +34,7 @@ class TargetTransitions:
     symbol, labels numbered in the dictionary's order (`num_labels` of them)."""
 
     def __init__(self, symbols: Sequence[str], word_level: bool = False):
-        rule = every_piece_is_a_word if word_level else starts_with_word_mark
-        self.token_class = vocabulary_classes(symbols, rule)
+        self.token_class = target_token_classes(symbols, word_level)
         labels, label_of = {}, []
         for symbol in symbols:
             arc = parse_arc(symbol)

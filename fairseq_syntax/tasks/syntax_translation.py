@@ -70,11 +70,10 @@ class SyntaxTranslationTask(TranslationTask):
         self._nbest = 1
         if self.manifest is not None and self.manifest.target_transitions and \
                 cfg.target_lang == self.manifest.target_lang:
-            from ..data.transition_channels import word_rule
-            from ..data.transitions import vocabulary_classes
+            from ..data.transition_channels import target_token_classes, word_rule
 
             self.word_rule = word_rule(self.manifest.word_level)
-            self.transition_classes = vocabulary_classes(tgt_dict.symbols, self.word_rule)
+            self.transition_classes = target_token_classes(tgt_dict.symbols, self.manifest.word_level)
         if cfg.trees_out and self.transition_classes is None:
             raise ValueError(f"--trees-out: the target side of {cfg.data} has no transitions (make the data-bin "
                              f"with fairseq-syntax-preprocess --target-parser SPEC --target-transitions)")
