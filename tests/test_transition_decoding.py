@@ -324,6 +324,41 @@ def test_every_search_option_only_makes_valid_trees(transition_bin, options):
     assert count == nbest * len(task.dataset("valid"))
 
 
+def test_forced_prefixes_start_the_search_or_are_refused_by_name(transition_bin):
+    """--prefix-size: the reference's first tokens are the state the search starts from (every hypothesis begins
+    with them and is a tree); a prefix that cannot end as a tree within the maximum length, or that is not a valid
+    transition sequence, is refused with the sentence named (fairseq once failed with a bare AssertionError)."""
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, "--beam", "3", "--nbest", "3", "--prefix-size", "4", "--max-len-a", "0",
+                             "--max-len-b", "40")
+    generator = task.build_generator([model], cfg.generation)
+    symbols = task.target_dictionary.symbols
+    sample = next(iter(batches(task)))
+    prefix = sample["target"][:, :4]
+    for forced, sentence_hypos in zip(prefix, task.inference_step(generator, [model], sample, prefix_tokens=prefix)):
+        for hypo in sentence_hypos:
+            assert torch.equal(hypo["tokens"][:4], forced)
+            heads_by_the_papers_table([symbols[i] for i in hypo["tokens"].tolist()])
+            assert np.isfinite(hypo["score"].item())
+    long_prefix = sample["target"][:, :30]
+    task, model, cfg = build(destdir, "--beam", "3", "--prefix-size", "30", "--max-len-a", "0", "--max-len-b", "10")
+    with pytest.raises(ValueError, match=r"--prefix-size: the forced prefix of sentence \d+ .* more than the 11"):
+        task.inference_step(task.build_generator([model], cfg.generation), [model], sample,
+                            prefix_tokens=long_prefix)
+    arc = task.target_dictionary.index("RIGHT-ARC:det")
+    invalid = prefix.clone()
+    invalid[0, 0] = arc  # an arc with no word on the stack
+    with pytest.raises(ValueError, match=f"sentence {int(sample['id'][0])} is not a valid transition sequence"):
+        task.inference_step(generator, [model], sample, prefix_tokens=invalid)
+
+
+def test_lexical_constraints_are_refused_with_the_reason(transition_bin):
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, "--constraints", "--beam", "4")
+    with pytest.raises(ValueError, match="--constraints"):
+        task.build_generator([model], cfg.generation)
+
+
 def test_match_source_len_is_refused_with_the_reason(transition_bin):
     """A transition target's length cannot follow its source's (arcs and marks): the option is refused when the
     generator is built, naming it (it once made invalid sequences with finite scores)."""

@@ -105,9 +105,34 @@ class TransitionSequenceGenerator(SequenceGenerator):
         source = net_input["src_tokens"] if "src_tokens" in net_input else net_input["source"]
         # fairseq's own max_len of this batch (SequenceGenerator._generate; --match-source-len is refused)
         self.model.max_len = min(int(self.max_len_a * source.size(1) + self.max_len_b), self.max_len - 1)
+        if prefix_tokens is not None:
+            self.check_prefixes(prefix_tokens, sample.get("id"))
         if isinstance(self.search, DiverseBeamSearch) and "id" in sample:
             # fairseq's DiverseBeamSearch indexes its table of the batch's sentences (bsz rows) by the ids that
             # _generate takes from sample["id"], the dataset's: out of range after the first batch (IndexError, with
             # a stock transformer too). Without "id", _generate numbers the batch's sentences from 0, as it should.
             sample = {key: value for key, value in sample.items() if key != "id"}
         return super()._generate(sample, prefix_tokens=prefix_tokens, constraints=constraints, bos_token=bos_token)
+
+    def check_prefixes(self, prefix_tokens: Tensor, ids: Optional[Tensor]) -> None:
+        """A forced prefix (--prefix-size) is the state the search starts from: it must be a valid transition
+        sequence that can still end as a tree within fairseq's max_len (EOS forced at step max_len); ValueError
+        naming the sentence otherwise (fairseq would fail with a bare assertion, or finish an invalid sequence)."""
+        token_class = self.model.token_class.to(prefix_tokens.device)
+        scan = TransitionScan.of(prefix_tokens, token_class)
+        real = prefix_tokens.ne(self.pad)  # a target shorter than the prefix size is padded
+        sentence = (lambda row: int(ids[row])) if ids is not None else (lambda row: row)
+        invalid = (real & ~scan.applied).nonzero()
+        if len(invalid):
+            row, column = invalid[0].tolist()
+            prefix = self.tgt_dict.string(prefix_tokens[row, :column])
+            raise ValueError(f"--prefix-size: the forced prefix of sentence {sentence(row)} is not a valid transition "
+                             f"sequence: {self.tgt_dict[int(prefix_tokens[row, column])]!r} cannot follow "
+                             f"{prefix!r}")
+        needed = real.sum(dim=1) + scan.tokens_to_finish()  # tokens with EOS; at most max_len + 1 fit
+        over = (needed > self.model.max_len + 1).nonzero().flatten()
+        if len(over):
+            row = int(over[0])
+            raise ValueError(f"--prefix-size: the forced prefix of sentence {sentence(row)} ({int(real[row].sum())} "
+                             f"tokens) needs {int(needed[row])} tokens to end as a tree, more than the "
+                             f"{self.model.max_len + 1} that fairseq's maximum length allows (--max-len-a/--max-len-b)")

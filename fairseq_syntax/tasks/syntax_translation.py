@@ -279,6 +279,10 @@ class SyntaxTranslationTask(TranslationTask):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+        if getattr(args, "constraints", None):
+            raise ValueError("--constraints: fairseq's lexically constrained search forces tokens that the transition "
+                             "validity masks may forbid at that step; it is not supported on a data-bin with target "
+                             "transitions")
         if seq_gen_cls is not None or getattr(args, "print_alignment", False):
             raise ValueError("a data-bin with target transitions is decoded by the transition-masked generator; "
                              "--print-alignment (or another generator class) is not supported with it")
