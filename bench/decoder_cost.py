@@ -2,6 +2,7 @@
 transition sequences), measured in one run on the same batches, and against what re-encoding must cost.
 
   python bench/decoder_cost.py --workdir work/decoder-cost [--sentences 2000] [--batches 12] [--arch-size multi30k]
+      [--systems bitran_k4,parent] [--rounds 3] [--generate-pieces 0] [--out FILE]
 
 Data: the first N sentences of UD English-EWT train as a --target-transitions data-bin (the gold trees,
 `--target-parser conllu`; the source is the same text, parsed from the same file), and the same sentences as a
@@ -148,10 +149,20 @@ def main(argv=None):
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k", "medium"))
+    parser.add_argument("--systems", default=",".join(DECODERS),
+                        help="comma list of the systems to time (vanilla and linearized always: the references)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the systems in turn this many times and report each one's median (a steadier "
+                             "ratio on a machine with other work)")
+    parser.add_argument("--out", help="the report (default: WORKDIR/decoder_cost.json)")
     parser.add_argument("--generate-pieces", type=int, default=25,
                         help="pieces every hypothesis is forced to in the generation timing, with the arcs and marks "
                              "they come with in the data for a transition decoder (0: no generation timing)")
     args = parser.parse_args(argv)
+    systems = [s for s in DECODERS if s in {BASELINE, "linearized", *args.systems.split(",")}]
+    unknown = set(args.systems.split(",")) - set(DECODERS)
+    if unknown:
+        parser.error(f"--systems: unknown {sorted(unknown)} (known: {', '.join(DECODERS)})")
     torch.set_num_threads(1)
     from fairseq_syntax.paths import data_root
 
@@ -183,25 +194,37 @@ def main(argv=None):
         raise SystemExit(f"{plain}: {plain_words} target words in the batches, {destdir}: {words}")
     train_counts = word_counts(task.dataset("train")[i]["target"] for i in range(len(dataset)))
     lengths = {system: (args.generate_pieces, args.generate_pieces) if system == BASELINE
-               else forced_lengths(train_counts, args.generate_pieces) for system in DECODERS}
-    seconds, decoder_seconds, generate = {}, {}, {}
-    for system in DECODERS:
-        system_task, model, criterion = build(plain if system == BASELINE else destdir, system, args.arch_size)
-        batches = plain_samples if system == BASELINE else samples
-        seconds[system] = sum(time_step(model, criterion, s, args.repeats) for s in batches)
-        if args.generate_pieces:
-            generate[system] = generation_speed(system_task, model, lengths[system])
-        if system == "linearized":
-            decoder_seconds[system] = sum(time_step(model, criterion, s, args.repeats, decoder_only=True)
-                                          for s in samples)
-        print(f"{system}: {seconds[system]:.2f} s for {args.batches} batches ({words / seconds[system]:.0f} target "
-              f"words/s)", flush=True)
+               else forced_lengths(train_counts, args.generate_pieces) for system in systems}
+    rounds = {key: {system: [] for system in systems} for key in ("seconds", "generate")}
+    decoder_rounds = []
+    for _ in range(args.rounds):
+        for system in systems:
+            system_task, model, criterion = build(plain if system == BASELINE else destdir, system, args.arch_size)
+            batches = plain_samples if system == BASELINE else samples
+            rounds["seconds"][system].append(sum(time_step(model, criterion, s, args.repeats) for s in batches))
+            if args.generate_pieces:
+                rounds["generate"][system].append(generation_speed(system_task, model, lengths[system]))
+            if system == "linearized":
+                decoder_rounds.append(sum(time_step(model, criterion, s, args.repeats, decoder_only=True)
+                                          for s in samples))
+            print(f"{system}: {rounds['seconds'][system][-1]:.2f} s for {args.batches} batches "
+                  f"({words / rounds['seconds'][system][-1]:.0f} target words/s)", flush=True)
+    seconds = {system: statistics.median(values) for system, values in rounds["seconds"].items()}
+    generate = {system: statistics.median(values) for system, values in rounds["generate"].items() if values}
+    decoder_seconds = {"linearized": statistics.median(decoder_rounds)}
     encoder_seconds = seconds["linearized"] - decoder_seconds["linearized"]
     ratio = counted["exact_views"] / counted["causal"]
     bound = encoder_seconds + decoder_seconds["linearized"] * ratio
 
     def relative(values, reference):
-        return {s: values[reference] / t if values is seconds else t / values[reference] for s, t in values.items()}
+        """Speed of each system against `reference`: with several rounds, the median of the rounds' ratios (each
+        round's systems ran close together, under the same load)."""
+        per_round = rounds["seconds"] if values is seconds else rounds["generate"]
+        ratios = {}
+        for system in values:
+            pairs = zip(per_round[reference], per_round[system])
+            ratios[system] = statistics.median(r / t if values is seconds else t / r for r, t in pairs)
+        return ratios
 
     report = {
         "batches": args.batches, "target_tokens": tokens, "target_words": words, "size": args.arch_size,
@@ -215,12 +238,16 @@ def main(argv=None):
         "generate_speed_vs_linearized": relative(generate, "linearized") if generate else {},
         "generate_speed_vs_vanilla": relative(generate, BASELINE) if generate else {},
         "linearized_decoder_seconds": decoder_seconds["linearized"], "encoder_seconds": encoder_seconds,
-        "exact_reencoding_bound_seconds": bound, "bitran_over_bound": seconds["bitran"] / bound,
-        "targets": {s: {"against": other, "speed_ratio": seconds[other] / seconds[s], "target": target,
-                        "met": seconds[other] / seconds[s] >= target} for s, (other, target) in TARGETS.items()},
+        "exact_reencoding_bound_seconds": bound,
+        "bitran_over_bound": seconds["bitran"] / bound if "bitran" in seconds else None,
+        "targets": {s: {"against": other, "speed_ratio": relative(seconds, other)[s], "target": target,
+                        "met": relative(seconds, other)[s] >= target} for s, (other, target) in TARGETS.items()
+                    if s in seconds and other in seconds},
+        "rounds": {"count": args.rounds, **rounds, "linearized_decoder_seconds": decoder_rounds},
     }
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "decoder_cost.json").write_text(json.dumps(report, indent=1) + "\n")
+    out = Path(args.out) if args.out else workdir / "decoder_cost.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
 
 if __name__ == "__main__":
