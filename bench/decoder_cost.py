@@ -51,12 +51,12 @@ DECODERS = ("vanilla", "linearized", "bitran", "bitran_k4", "parent", "gcn_decod
 TARGETS = {"bitran_k4": ("linearized", 0.5), "parent": ("bitran", 1 / 1.3), "gcn_decoder": ("bitran", 1 / 1.3)}
 
 
-def make_data_bins(workdir: Path, data_root: Path, sentences: int) -> tuple:
+def make_data_bins(workdir: Path, data_root: Path, sentences: int, valid: int = 100) -> tuple:
     """(the transition data-bin, the plain one of the same sentences with the same sentencepiece model)."""
     destdir, plain = workdir / "data-bin", workdir / "data-bin-plain"
     if (destdir / "syntax.json").exists() and (plain / "syntax.json").exists():
         return destdir, plain
-    raw = write_ewt_sample(data_root, workdir / "raw", sentences, 100)
+    raw = write_ewt_sample(data_root, workdir / "raw", sentences, valid)
     from fairseq_syntax_preprocess.cli import run
     run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
          "--source-parser", "conllu", "--target-parser", "conllu", "--target-transitions", "--projectivize",
@@ -146,6 +146,7 @@ def main(argv=None):
     parser.add_argument("--workdir", default="work/decoder-cost")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--valid-sentences", type=int, default=100, help="the held-out sentences generation times")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k", "medium"))
@@ -167,7 +168,7 @@ def main(argv=None):
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
-    destdir, plain = make_data_bins(workdir, data_root(), args.sentences)
+    destdir, plain = make_data_bins(workdir, data_root(), args.sentences, args.valid_sentences)
     task, _, _ = build(destdir, "linearized", args.arch_size)
     task.load_dataset("train")
     dataset = task.dataset("train")

@@ -116,8 +116,8 @@ def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences
 
     import decoder_cost
 
-    decoder_cost.main(["--workdir", str(tmp_path), "--sentences", "120", "--batches", "1", "--repeats", "1",
-                       "--arch-size", "tiny", "--max-tokens", "400", "--generate-pieces", "6"])
+    decoder_cost.main(["--workdir", str(tmp_path), "--sentences", "120", "--valid-sentences", "12", "--batches", "1",
+                       "--repeats", "1", "--arch-size", "tiny", "--max-tokens", "400", "--generate-pieces", "6"])
     report = json.loads((tmp_path / "decoder_cost.json").read_text())
     assert set(report["seconds"]) == set(report["generate_sentences_per_second"]) == set(decoder_cost.DECODERS)
     assert report["target_tokens"] > report["target_words"] > 0  # transition targets also hold arcs and marks
