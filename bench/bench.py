@@ -153,7 +153,7 @@ def transition_target_words(data_bin: Path) -> Optional[dict]:
     for split in ("train", "test"):
         dataset = indexed_dataset.MMapIndexedDataset(str(data_bin / f"{split}.en-de.de"))
         ids = np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
-        counts[split] = target_token_counts(ids, classes)
+        counts[split] = target_token_counts(ids, classes, dictionary.symbols)
     return {"method": WORD_COUNT_METHOD, "counts": counts, "words_per_token": word_share(counts["train"])}
 
 
@@ -164,12 +164,12 @@ def epoch_target_tokens(data_bin: Path) -> int:
     return int(dataset.sizes.sum())
 
 
-def train_command(data_bin, arch_args, save_dir, updates) -> list:
+def train_command(data_bin, arch_args, save_dir, updates, direction=("en", "de")) -> list:
     """The shared training flags (the recipe that demo.sh and compare.py train with), plus the benchmark's own: a
     fixed number of updates, no validation (it is not timed), a log line every 10 updates (words/s is averaged
     over those lines)."""
     return [BIN / "fairseq-train", data_bin, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-            "-s", "en", "-t", "de", *arch_args, *TRAIN_FLAGS,
+            "-s", direction[0], "-t", direction[1], *arch_args, *TRAIN_FLAGS,
             "--max-update", updates, "--save-dir", save_dir, "--disable-validation", "--log-interval", "10"]
 
 
@@ -182,22 +182,22 @@ def train(data_bin, arch_args, name, save_dir, updates):
 
 
 def generate(data_bin, checkpoint, lengths=(GENERATE_PIECES, GENERATE_PIECES), masks: Optional[str] = None,
-             shards: int = 1):
-    """fairseq-generate test2016 (beam 5, batches of 64, on the CPU), every hypothesis forced to `lengths` (max, min
-    tokens before EOS). `masks` ("timed" or "off", a transition data-bin only) runs it through
-    bench/timed_generate.py: the masked generator with the time in its masks, or the same without masks.
-    Returns sentences/s, peak MB and, with masks, a dict: seconds in the masks (timed), generation seconds,
-    hypotheses with score -inf (none expected: a hypothesis with no allowed token). `shards` > 1: only the first
-    of that many shards of the test batches (fairseq-generate shards its batches by --distributed-world-size and
+             shards: int = 1, beam: int = 5, subset: str = "test", direction=("en", "de")):
+    """fairseq-generate test2016 (beam 5, batches of 64, on the CPU; or `beam`, `subset`, `direction`), every
+    hypothesis forced to `lengths` (max, min tokens before EOS). `masks` ("timed" or "off", a transition data-bin
+    only) runs it through bench/timed_generate.py: the masked generator with the time in its masks, or the same
+    without masks. Returns sentences/s, peak MB and, with masks, a dict: seconds in the masks (timed), generation
+    seconds, hypotheses with score -inf (none expected: a hypothesis with no allowed token). `shards` > 1: only the
+    first of that many shards of the test batches (fairseq-generate shards its batches by --distributed-world-size and
     --distributed-rank; a quick check)."""
     max_len, min_len = lengths
     program = [BIN / "fairseq-generate"] if masks is None else \
         [BIN / "python", REPO / "bench" / "timed_generate.py", "--masks", masks]
     sharded = ["--distributed-world-size", shards, "--distributed-rank", "0"] if shards > 1 else []
     log = run([*program, data_bin, "--user-dir", REPO / "fairseq_syntax", "--task",
-               "syntax_translation", "-s", "en", "-t", "de", "--path", checkpoint, "--gen-subset", "test",
-               "--beam", "5", "--batch-size", "64", "--max-len-a", "0", "--max-len-b", max_len, "--min-len", min_len,
-               "--cpu", "--num-workers", "0", *sharded])
+               "syntax_translation", "-s", direction[0], "-t", direction[1], "--path", checkpoint, "--gen-subset",
+               subset, "--beam", beam, "--batch-size", "64", "--max-len-a", "0", "--max-len-b", max_len,
+               "--min-len", min_len, "--cpu", "--num-workers", "0", *sharded])
     match = re.search(r"Translated ([0-9,]+) sentences .* in [0-9.]+s \(([0-9.]+) sentences/s", log)
     sentences, sentences_per_second = int(match.group(1).replace(",", "")), float(match.group(2))
     seconds = sentences / sentences_per_second  # fairseq prints the seconds with one decimal only
@@ -442,7 +442,7 @@ def mask_cost(runs: dict, median: dict, lengths) -> dict:
     and the A/B check: generation time without masks over with (same checkpoint, batches and lengths)."""
     fraction = median["mask_fraction"]
     ab = mask_ab(runs["mask_pairs"])
-    return {"method": "seconds in TransitionMaskedEnsemble.forward_decoder beyond the plain forward_decoder it "
+    return {"method": "seconds in ConstrainedEnsemble.forward_decoder beyond the plain forward_decoder it "
                       "wraps (the validity state from the prefixes and its -inf penalty added to the "
                       "log-probabilities), over fairseq-generate's generation seconds "
                       "(bench/timed_generate.py); A/B: the same checkpoint generating with the plain decoder",

@@ -181,7 +181,8 @@ def main(argv=None):
     classes = task.transition_classes.numpy()  # the task's: the data-bin's word rule
 
     def word_counts(targets):
-        return target_token_counts(torch.cat([t[t.ne(pad)] for t in targets]).numpy(), classes)
+        return target_token_counts(torch.cat([t[t.ne(pad)] for t in targets]).numpy(), classes,
+                                   task.target_dictionary.symbols)
 
     words = word_counts(s["target"] for s in samples)["words"]
     # vanilla: the same sentences from the plain data-bin, collated as fairseq would

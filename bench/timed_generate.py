@@ -29,9 +29,9 @@ def main():
     from fairseq.sequence_generator import EnsembleModel
     from fairseq_cli.generate import cli_main
 
-    from fairseq_syntax.tasks.constrained_generation import TransitionMaskedEnsemble
+    from fairseq_syntax.tasks.constrained_generation import ConstrainedEnsemble
 
-    plain, masked = EnsembleModel.forward_decoder, TransitionMaskedEnsemble.forward_decoder
+    plain, masked = EnsembleModel.forward_decoder, ConstrainedEnsemble.forward_decoder
     totals = {"masked": 0.0, "plain": 0.0, "calls": 0, "rows": 0}
 
     def sync(tokens):
@@ -39,7 +39,7 @@ def main():
             torch.cuda.synchronize(tokens.device)
 
     def timed_plain(self, tokens, *args, **kwargs):
-        if not isinstance(self, TransitionMaskedEnsemble):
+        if not isinstance(self, ConstrainedEnsemble):
             return plain(self, tokens, *args, **kwargs)
         sync(tokens)
         start = time.perf_counter()
@@ -61,7 +61,7 @@ def main():
         return out
 
     EnsembleModel.forward_decoder = timed_plain
-    TransitionMaskedEnsemble.forward_decoder = timed_masked if mode == "timed" else timed_plain
+    ConstrainedEnsemble.forward_decoder = timed_masked if mode == "timed" else timed_plain
     try:
         cli_main()
     finally:

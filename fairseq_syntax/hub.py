@@ -4,15 +4,27 @@
     translator = from_pretrained("checkpoints/checkpoint_best.pt", "data-bin", beam=5)
     translator.translate("A dog runs across the field.")        # -> str
     translator.translate(["Two men talk.", "A girl reads."])      # -> list of str
+    translator.translate("A dog runs.", trees=True)   # a --target-transitions model: TreeTranslation (text, words,
+                                                      # heads, labels, conllu)
 
 Sentences are normalised, parsed with the data-bin's parser when the model reads source syntax, segmented with its
 sentencepiece model and translated with fairseq's beam search (the same path as fairseq-interactive; see
 tasks/raw_text.py). A sentence that cannot be translated raises ValueError naming it.
 """
-from typing import List, Optional, Union
+from typing import List, NamedTuple, Optional, Union
 
 from fairseq import checkpoint_utils, utils
 from fairseq.hub_utils import GeneratorHubInterface
+
+
+class TreeTranslation(NamedTuple):
+    """The best translation of a model that generates target trees (a --target-transitions data-bin): its text,
+    its words, their 1-based heads (0: the root) and labels, and the tree as one CoNLL-U sentence."""
+    text: str
+    words: List[str]
+    heads: List[int]
+    labels: List[str]
+    conllu: str
 
 
 class SyntaxHubInterface(GeneratorHubInterface):
@@ -32,9 +44,20 @@ class SyntaxHubInterface(GeneratorHubInterface):
         return [item.tokens for item in encoded]
 
     def translate(self, sentences: Union[str, List[str]], beam: Optional[int] = None, verbose: bool = False,
-                  **kwargs) -> Union[str, List[str]]:
-        """Best translation of each sentence; `beam` defaults to the one from_pretrained was given (5 if none)."""
-        return self.sample(sentences, beam, verbose, **kwargs)
+                  trees: bool = False, **kwargs):
+        """Best translation of each sentence; `beam` defaults to the one from_pretrained was given (5 if none).
+        With `trees`, a TreeTranslation each (ValueError on a data-bin whose target has no transitions)."""
+        if not trees:
+            return self.sample(sentences, beam, verbose, **kwargs)
+        if isinstance(sentences, str):
+            return self.translate([sentences], beam, verbose, trees=True, **kwargs)[0]
+        batched_hypos = self.generate(self._encode_all(sentences), beam or self.cfg.generation.beam, verbose,
+                                      **kwargs)
+        out = []
+        for index, hypos in enumerate(batched_hypos):
+            tree, conllu = self.task.hypothesis_tree(hypos[0]["tokens"], sent_id=str(index))
+            out.append(TreeTranslation(self.decode(hypos[0]["tokens"]), tree.words, tree.heads, tree.labels, conllu))
+        return out
 
     def sample(self, sentences: Union[str, List[str]], beam: Optional[int] = None, verbose: bool = False,
                **kwargs) -> Union[str, List[str]]:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from target_words import forced_lengths, target_token_counts, word_share  # noqa: E402
 
 SYMBOLS = ["<s>", "<pad>", "</s>", "<unk>", "\u2581Ein", "\u2581Hund", "e", ".", ATTACHED_MARK,
-           "LEFT-ARC:det", "RIGHT-ARC:punct", "LEFT-ARC:nsubj"]
+           "LEFT-ARC:det", "RIGHT-ARC:punct", "LEFT-ARC:nsubj", "\u2581"]
 IDS = {symbol: index for index, symbol in enumerate(SYMBOLS)}
 
 
@@ -27,37 +27,39 @@ def test_words_are_pieces_and_eos_not_arcs_or_marks():
     classes = vocabulary_classes(SYMBOLS).numpy()
     # "Ein Hunde." as transitions: ▁Ein ▁Hund e LEFT-ARC:det <attached> . RIGHT-ARC:punct </s>, twice
     sentence = ids("\u2581Ein", "\u2581Hund", "e", "LEFT-ARC:det", ATTACHED_MARK, ".", "RIGHT-ARC:punct", "</s>")
-    counts = target_token_counts(np.concatenate([sentence, sentence]), classes)
+    counts = target_token_counts(np.concatenate([sentence, sentence]), classes, SYMBOLS)
     assert counts == {"tokens": 16, "pieces": 8, "eos": 2, "words": 10}
     assert word_share(counts) == pytest.approx(10 / 16)
     # a plain target (pieces + EOS): every token is a word, as fairseq's wps counts it
-    plain = target_token_counts(ids("\u2581Ein", "\u2581Hund", "e", ".", "</s>"), classes)
+    plain = target_token_counts(ids("\u2581Ein", "\u2581Hund", "e", ".", "</s>"), classes, SYMBOLS)
     assert word_share(plain) == 1.0
+    # a lone U+2581 is a piece of the plain target too (its class is the mark's: a piece of its word must follow)
+    assert target_token_counts(ids("\u2581", "e", "</s>"), classes, SYMBOLS)["words"] == 3
 
 
 def test_forced_length_scales_pieces_by_the_transition_tokens_they_come_with():
     # 8 pieces, 6 arcs and marks, 2 EOS: 14 tokens before EOS per 8 pieces
     counts = {"tokens": 16, "pieces": 8, "eos": 2, "words": 10}
-    assert forced_lengths(counts, 25) == (44, 43)  # round(25 * 14 / 8) = 44
+    assert forced_lengths(counts, 25) == (44, 44)  # round(25 * 14 / 8) = 44, exactly
     plain = {"tokens": 27, "pieces": 25, "eos": 2, "words": 27}
-    assert forced_lengths(plain, 25) == (25, 24)
+    assert forced_lengths(plain, 25) == (25, 25)
 
 
 @pytest.mark.parametrize("max_len", [5, 8, 13])
-def test_with_the_minimum_one_below_the_maximum_the_masks_always_allow_a_token(max_len):
-    """Why min length = max - 1: fairseq-generate's --min-len forbids EOS before it, and the masks' budget can
-    leave EOS as the only valid token (one word on the stack, none open) one step before the maximum. Every state
-    reachable under the masks (beam search's transition_mask, breadth first, one prefix per state) must keep an
-    allowed token once EOS is forbidden before the minimum; with min = max it does not."""
+def test_with_the_minimum_equal_to_the_maximum_the_masks_always_allow_a_token(max_len):
+    """Forced lengths (min = max): fairseq-generate's --min-len forbids EOS before it; a mask that only knew the
+    maximum could leave EOS as the only valid token (one word on the stack, none open) one step before it, and
+    every token would be -inf. The masks plan for the whole window: every state reachable under them (beam search's
+    transition_mask, breadth first, one prefix per state) keeps an allowed token at every step."""
     classes = vocabulary_classes(SYMBOLS)
     _, min_len = forced_lengths({"tokens": max_len + 1, "pieces": max_len, "eos": 1, "words": max_len + 1},
                                 max_len)
-    assert min_len == max_len - 1
-    assert not _always_allowed(classes, max_len, min_len=max_len)  # the conflict that min = max would have
+    assert min_len == max_len
     assert _always_allowed(classes, max_len, min_len)
+    assert not _always_allowed(classes, max_len, min_len, mask_knows_minimum=False)  # the conflict there was
 
 
-def _always_allowed(classes, max_len, min_len):
+def _always_allowed(classes, max_len, min_len, mask_knows_minimum=True):
     """Whether every hypothesis following the masks for max_len steps has an allowed token at each step."""
     eos = IDS["</s>"]
     # one token of each class: a word-initial and a continuation piece, the mark, two arcs
@@ -65,7 +67,7 @@ def _always_allowed(classes, max_len, min_len):
     prefixes = [[eos]]  # fairseq's BOS (EOS) first
     for step in range(max_len + 1):
         batch = torch.tensor(prefixes)
-        allowed = transition_mask(batch, classes, max_len)
+        allowed = transition_mask(batch, classes, max_len, min_len if mask_knows_minimum else 0)
         if step < min_len:
             allowed[:, eos] = False
         if not bool(allowed.any(1).all()):
@@ -122,7 +124,7 @@ def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences
     assert set(report["seconds"]) == set(report["generate_sentences_per_second"]) == set(decoder_cost.DECODERS)
     assert report["target_tokens"] > report["target_words"] > 0  # transition targets also hold arcs and marks
     assert report["generate_lengths"]["vanilla"] == [6, 6]
-    assert all(max_len > 6 and min_len == max_len - 1 for name, (max_len, min_len)
+    assert all(max_len > 6 and min_len == max_len for name, (max_len, min_len)
                in report["generate_lengths"].items() if name != "vanilla")
     assert report["speed_vs_vanilla"]["vanilla"] == report["speed_vs_linearized"]["linearized"] == 1.0
     assert report["columns"]["exact_views"] > report["columns"]["causal"]

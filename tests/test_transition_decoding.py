@@ -4,7 +4,9 @@ decoder presets, beam search that only makes valid trees, transition-free text o
 The data: the first UD English-EWT train sentences as the parsed target (`--target-parser conllu`), their text as
 the "de" source (a copy task; the source is parsed from the same CoNLL-U for the PASCAL encoder). EWT has
 non-projective trees among its first sentences, so the drops are exercised on real data."""
+import itertools
 import json
+import math
 import re
 import shutil
 from argparse import Namespace
@@ -260,16 +262,18 @@ def heads_by_the_papers_table(tokens):
     test): a piece starting with U+2581, or the attached-word mark, pushes a new word; any other piece continues
     the word just pushed (right after a piece or the mark only); LEFT-ARC makes the top word the head of the second
     and pops the second, RIGHT-ARC makes the second the head of the top and pops the top (two words needed); EOS
-    comes last, with one word left: the root. Returns the 1-based heads (0: root); AssertionError where the
-    sequence breaks the table."""
-    stack, heads, words, open_word, after_mark = [], {}, 0, False, False
+    comes last, with one word left: the root. Every word has some text: a lone U+2581 piece, like the mark, must
+    be followed by a piece of its word. Returns the 1-based heads (0: root); AssertionError where the sequence
+    breaks the table."""
+    stack, heads, texts, open_word, after_mark = [], {}, [], False, False
     for position, token in enumerate(tokens):
         assert token not in ("<s>", "<pad>", "<unk>") and not token.startswith("madeupword"), (position, token)
         assert not (after_mark and (token == "</s>" or is_arc(token) or token.startswith("\u2581"))), position
         if token == "</s>":
             assert position == len(tokens) - 1 and len(stack) == 1, (position, stack)
+            assert all(texts), f"an empty word: {tokens}"
             heads[stack[0]] = 0
-            return [heads[word] for word in range(1, words + 1)]
+            return [heads[word] for word in range(1, len(texts) + 1)]
         if is_arc(token):
             assert len(stack) >= 2, position
             top, second = stack.pop(), stack.pop()
@@ -278,11 +282,12 @@ def heads_by_the_papers_table(tokens):
             stack.append(head)
             open_word = False
         elif token == "<attached>" or token.startswith("\u2581"):
-            words += 1
-            stack.append(words)
+            texts.append("" if token == "<attached>" else token.lstrip("\u2581"))
+            stack.append(len(texts))
             open_word, after_mark = True, token == "<attached>"
         else:
             assert open_word, (position, token)
+            texts[-1] += token
             after_mark = False
     raise AssertionError("no EOS")
 
@@ -296,23 +301,55 @@ SEARCH_OPTIONS = {
     "diversity-rate": ["--diversity-rate", "0.5", "--beam", "4", "--nbest", "4"],
     "lenpen-unkpen": ["--lenpen", "0.3", "--unkpen", "3", "--beam", "4", "--nbest", "4"],
     "min-len-near-max": ["--min-len", "9", "--max-len-a", "0", "--max-len-b", "10", "--beam", "4", "--nbest", "4"],
+    # a window of one length: only sequences of exactly 11 tokens (EOS included) end as trees
+    "min-len-equals-max": ["--min-len", "10", "--max-len-a", "0", "--max-len-b", "10", "--beam", "4", "--nbest",
+                           "4"],
 }
 
 
-@pytest.mark.parametrize("options", SEARCH_OPTIONS.values(), ids=SEARCH_OPTIONS.keys())
-def test_every_search_option_only_makes_valid_trees(transition_bin, options):
-    """A randomly initialised Linearized model (near-uniform distributions reach every corner of the masks) under
-    fairseq's search options: no crash (sampling with a beam once died on a finished row with no allowed token,
-    diverse beam groups on fairseq's own indexing by dataset ids), and every hypothesis, read by the paper's table
-    (heads_by_the_papers_table), is one tree over all its words, with a finite score."""
+TRAINED = ["--arch", "transformer_linearized_tiny", "--trained"]  # the tiny model of `trained_linearized`
+DECODERS = {"linearized": [], "linearized-trained": TRAINED, "bitran": ["--arch", "transformer_bitran_tiny"],
+            "parent": ["--arch", "transformer_parent_tiny"], "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"]}
+
+
+@pytest.fixture(scope="module")
+def trained_linearized(transition_bin, tmp_path_factory):
+    """A tiny Linearized model trained 60 updates on the copy task (its distributions are peaked, unlike a random
+    model's: the search follows what it learnt, and the masks cut into its favourite continuations)."""
     _, destdir, _ = transition_bin
-    length = [] if "--max-len-b" in options else ["--max-len-a", "0", "--max-len-b", "40"]
-    task, model, cfg = build(destdir, *options, *length)
+    save_dir = tmp_path_factory.mktemp("trained-linearized")
+    run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en",
+            "--arch", "transformer_linearized_tiny", "--optimizer", "adam", "--lr", "0.005", "--max-tokens", "1500",
+            "--max-update", "60", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--save-dir", save_dir, "--cpu", "--no-progress-bar", "--seed", "3", "--num-workers", "0",
+            "--disable-validation", "--no-epoch-checkpoints")
+    return save_dir / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize("decoder", DECODERS.values(), ids=DECODERS.keys())
+@pytest.mark.parametrize("options", SEARCH_OPTIONS.values(), ids=SEARCH_OPTIONS.keys())
+def test_every_search_option_only_makes_valid_trees(transition_bin, options, decoder, request):
+    """A randomly initialised model of every target-side decoder (near-uniform distributions reach every corner of
+    the masks), and a tiny trained Linearized model, under fairseq's search options: no crash (sampling with a beam
+    once died on a finished row with no allowed token, diverse beam groups on fairseq's own indexing by dataset
+    ids), and every hypothesis, read by the paper's table (heads_by_the_papers_table), is one tree over all its
+    words with no empty word, with a finite score. The structure-aware decoders re-encode every prefix (slow on a
+    CPU) and the trained model is there for its peaked distributions: one batch of 3 sentences each, at most 24
+    tokens."""
+    from fairseq import checkpoint_utils
+
+    _, destdir, _ = transition_bin
+    length = [] if "--max-len-b" in options else ["--max-len-a", "0", "--max-len-b", "24" if decoder else "40"]
+    task, model, cfg = build(destdir, *options, *length, *[a for a in decoder if a != "--trained"])
+    if decoder is TRAINED:
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(request.getfixturevalue("trained_linearized")))
+        model.load_state_dict(state["model"])
     generator = task.build_generator([model], cfg.generation)
     symbols = task.target_dictionary.symbols
     nbest = int(options[options.index("--nbest") + 1])
-    count = 0
-    for sample in batches(task):
+    count, sentences = 0, 0
+    for sample in itertools.islice(batches(task, 3 if decoder else 6), 1 if decoder else None):
+        sentences += len(sample["id"])
         for sentence_hypos in task.inference_step(generator, [model], sample):
             assert len(sentence_hypos) == nbest
             for hypo in sentence_hypos:
@@ -321,7 +358,62 @@ def test_every_search_option_only_makes_valid_trees(transition_bin, options):
                 assert heads.count(0) == 1 and all(0 <= h <= len(heads) for h in heads), tokens
                 assert np.isfinite(hypo["score"].item()), tokens
                 count += 1
-    assert count == nbest * len(task.dataset("valid"))
+    assert count == nbest * sentences and sentences == (3 if decoder else len(task.dataset("valid")))
+
+
+def test_ensembles_score_reference_and_print_alignment(transition_bin):
+    """Several --path: the ensemble's averaged distribution is masked once, its hypotheses are trees with finite
+    scores (two differently initialised models of two decoders, Linearized and PARENT). --score-reference scores
+    the references (valid trees) with finite scores, unmasked; --print-alignment is refused with the reason."""
+    _, destdir, _ = transition_bin
+    length = ["--max-len-a", "0", "--max-len-b", "24"]
+    task, first, cfg = build(destdir, "--beam", "4", "--nbest", "4", *length)
+    _, second, _ = build(destdir, "--arch", "transformer_parent_tiny")
+    generator = task.build_generator([first, second], cfg.generation)
+    symbols = task.target_dictionary.symbols
+    sample = next(iter(batches(task, 3)))
+    for sentence_hypos in task.inference_step(generator, [first, second], sample):
+        assert len(sentence_hypos) == 4
+        for hypo in sentence_hypos:
+            heads_by_the_papers_table([symbols[i] for i in hypo["tokens"].tolist()])
+            assert np.isfinite(hypo["score"].item())
+    task, model, cfg = build(destdir, "--score-reference", *length)
+    scored = task.inference_step(task.build_generator([model], cfg.generation), [model], sample)
+    for row, sentence_hypos in enumerate(scored):
+        target = sample["target"][row]
+        assert torch.equal(sentence_hypos[0]["tokens"], target[target.ne(task.target_dictionary.pad())])
+        assert np.isfinite(sentence_hypos[0]["score"].item())
+    task, model, cfg = build(destdir, "--print-alignment", *length)
+    with pytest.raises(ValueError, match="--print-alignment"):
+        task.build_generator([model], cfg.generation)
+
+
+def test_an_empty_length_window_is_refused_and_incomplete_hypotheses_are_counted(transition_bin, caplog):
+    """--min-len beyond the maximum length: refused with the option named (fairseq stops at a bare assertion),
+    when the generator is built (a fixed maximum) or for the batch (one that grows with the source). Every finished
+    hypothesis is read back: one that is not a whole tree (none comes out of the masks; a forced one here) keeps its
+    line with score -inf and is counted in the generation log."""
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, "--min-len", "12", "--max-len-a", "0", "--max-len-b", "10", "--beam", "2")
+    with pytest.raises(ValueError, match="--min-len 12 is more than the maximum length --max-len-b 10"):
+        task.build_generator([model], cfg.generation)
+    task, model, cfg = build(destdir, "--min-len", "200", "--max-len-a", "1", "--max-len-b", "10", "--beam", "2")
+    generator = task.build_generator([model], cfg.generation)
+    sample = next(iter(batches(task)))
+    with pytest.raises(ValueError, match="--min-len 200 is more than this batch's maximum length"):
+        task.inference_step(generator, [model], sample)
+    task, model, cfg = build(destdir, "--beam", "2", "--max-len-a", "0", "--max-len-b", "30")
+    generator = task.build_generator([model], cfg.generation)
+    hypos = task.inference_step(generator, [model], sample)
+    assert generator.incomplete_hypotheses == 0 and generator.hypotheses == 2 * len(sample["id"])
+    dictionary = task.target_dictionary
+    broken = {"tokens": torch.tensor([dictionary.index("RIGHT-ARC:det"), dictionary.eos()]),
+              "score": torch.tensor(-1.0)}
+    with caplog.at_level("WARNING"):
+        generator.report_incomplete([[hypos[0][0], broken]])
+    assert broken["score"].item() == -math.inf and np.isfinite(hypos[0][0]["score"].item())
+    assert "1 of 2 hypotheses of this batch are not whole trees" in caplog.text
+    assert f"(1 of {2 * len(sample['id']) + 2} so far)" in caplog.text
 
 
 def test_forced_prefixes_start_the_search_or_are_refused_by_name(transition_bin):
@@ -413,13 +505,34 @@ def test_train_and_generate_through_the_cli(transition_bin, tmp_path, arch):
         common = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en", "--path",
                   tmp_path / "ckpt" / "checkpoint_last.pt", *beam]
         expected = hypotheses(run_cli("fairseq-generate", destdir, *common, "--gen-subset", "valid", "--batch-size",
-                                      "8", "--num-workers", "0").stdout, "D")
+                                      "8", "--num-workers", "0", "--trees-out", tmp_path / "generate.conllu").stdout,
+                              "D")
         sources = (destdir / "valid.de.txt").read_text(encoding="utf-8").splitlines()
         (tmp_path / "input.de").write_text("\n".join(sources) + "\n", encoding="utf-8")
+        # several buffers of 8 lines, batches sorted by length inside each: the trees still name their input line
         got = hypotheses(run_cli("fairseq-interactive", destdir, *common, "--input", tmp_path / "input.de",
-                                 "--buffer-size", "8", "--batch-size", "8").stdout, "D")
+                                 "--buffer-size", "8", "--batch-size", "3", "--trees-out",
+                                 tmp_path / "interactive.conllu").stdout, "D")
         assert sorted(got) == sorted(expected) and len(got) == len(sources)
         assert all(got[i][1] == expected[i][1] for i in expected)
+        interactive_trees = (tmp_path / "interactive.conllu").read_text(encoding="utf-8")
+        assert interactive_trees == (tmp_path / "generate.conllu").read_text(encoding="utf-8")
+        by_id = {s.metadata["sent_id"]: s for s in conllu.parse(interactive_trees)}
+        assert sorted(by_id, key=int) == [str(i) for i in range(len(sources))]
+        # the hub: the same trees, as words, heads and labels and as CoNLL-U
+        from fairseq_syntax.hub import from_pretrained
+
+        translator = from_pretrained(str(tmp_path / "ckpt" / "checkpoint_last.pt"), str(destdir), beam=3,
+                                     max_len_a=0, max_len_b=20)
+        translated = translator.translate(sources[:4], trees=True)
+        assert translator.translate(sources[0], trees=True) == translated[0]
+        for index, translation in enumerate(translated):
+            sentence = by_id[str(index)]
+            assert translation.text == got[index][1]
+            assert translation.words == [token["form"] for token in sentence]
+            assert translation.heads == [token["head"] for token in sentence]
+            assert translation.labels == [token["deprel"] for token in sentence]
+            assert [t["form"] for t in conllu.parse(translation.conllu)[0]] == translation.words
 
 
 def task_lines(destdir):

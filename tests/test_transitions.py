@@ -27,7 +27,7 @@ from fairseq_syntax.data.transitions import (
     LEFT_ARC,
     OTHER,
     RIGHT_ARC,
-    WORD_ATTACHED,
+    WORD_MARK_ONLY,
     WORD_CONTINUE,
     WORD_START,
     InvalidTransitionError,
@@ -38,7 +38,7 @@ from fairseq_syntax.data.transitions import (
 
 M = "\u2581"
 MARK = "<attached>"  # the attached-word mark, spelled here (not imported) so that the tests pin the format
-ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, WORD_ATTACHED)
+ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, WORD_MARK_ONLY)
 
 
 # ---- independent references --------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _abstract_step(stack, is_open, bare, move):
         return (stack, True, False) if move == WORD_CONTINUE else None
     if move == WORD_START:
         return stack + 1, True, False
-    if move == WORD_ATTACHED:
+    if move == WORD_MARK_ONLY:
         return stack + 1, True, True
     if move == WORD_CONTINUE:
         return (stack, True, False) if is_open else None
@@ -127,8 +127,8 @@ def reference_classes(tokens, word_ids=None):
             out.append(LEFT_ARC)
         elif token.startswith("RIGHT-ARC:"):
             out.append(RIGHT_ARC)
-        elif token == MARK:
-            out.append(WORD_ATTACHED)
+        elif token == MARK or (token and set(token) == {M}):  # the mark, or a piece that spells only a space
+            out.append(WORD_MARK_ONLY)
             last_word = word_ids[i] if word_ids is not None else last_word
         elif word_ids is not None:
             out.append(WORD_START if word_ids[i] > last_word else WORD_CONTINUE)
@@ -264,7 +264,7 @@ def test_validity_by_hand():
     def allowed(tokens, remaining=None):
         return tr.allowed_next(tokens, remaining=remaining)
 
-    new_word = {WORD_START, WORD_ATTACHED}
+    new_word = {WORD_START, WORD_MARK_ONLY}
     assert allowed([]) == new_word  # no continuation, arc or EOS before the first word
     assert allowed([M + "Jo"]) == new_word | {WORD_CONTINUE, EOS}  # one word: it may end
     assert allowed([M + "Jo", "hn", M + "put"]) == new_word | {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
@@ -282,6 +282,14 @@ def test_validity_by_hand():
     assert tr.transitions_to_tree([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == (["bark", "."], [0, 1],
                                                                                   ["root", "punct"])
     assert tr.sequence_text([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == "bark."
+    # a lone U+2581 piece spells only a space: like the mark, a piece of its word must follow (no empty word, no
+    # empty translation); sentencepiece writes it before a word whose first piece it has only without the mark
+    assert tr.token_class(M) == tr.token_class(M + M) == WORD_MARK_ONLY
+    assert allowed([M]) == allowed([M + "dogs", M]) == {WORD_CONTINUE}
+    for empty in ([M, "</s>"], [M + "a", M, "RIGHT-ARC:x"], [M + "a", M, M + "b"]):
+        with pytest.raises(InvalidTransitionError, match="cannot be empty"):
+            tr.parse_transitions(empty)
+    assert tr.transitions_to_tree([M + "a", M, "\u00c4", "RIGHT-ARC:x"]) == (["a", "\u00c4"], [0, 1], ["root", "x"])
     with pytest.raises(InvalidTransitionError, match="arc needs two words"):
         tr.parse_transitions([M + "a", "LEFT-ARC:x"])
     with pytest.raises(InvalidTransitionError, match="continuation piece must follow"):
@@ -317,8 +325,8 @@ def test_length_budget_by_hand():
     assert tr.allowed_next([M + "a"], remaining=1) == {EOS}
     assert tr.allowed_next([], remaining=2) == {WORD_START}
     # a mark needs the mark, a piece, then k + 1 tokens (2 arcs, EOS): 5 with two words on the stack
-    assert WORD_ATTACHED not in tr.allowed_next([M + "a", M + "b"], remaining=4)
-    assert WORD_ATTACHED in tr.allowed_next([M + "a", M + "b"], remaining=5)
+    assert WORD_MARK_ONLY not in tr.allowed_next([M + "a", M + "b"], remaining=4)
+    assert WORD_MARK_ONLY in tr.allowed_next([M + "a", M + "b"], remaining=5)
     assert tr.allowed_next([M + "a", MARK], remaining=3) == {WORD_CONTINUE}  # the piece, an arc, EOS
     assert tr.allowed_next([M + "a", MARK], remaining=2) == set()
     assert tr.tokens_to_finish(0) == 2 and tr.tokens_to_finish(3) == 3
@@ -356,7 +364,7 @@ def test_tokens_and_vocabulary_classes():
     symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "the", "ing", "LEFT-ARC:det", "RIGHT-ARC:obj", "madeupword0000",
                MARK]
     assert tr.vocabulary_classes(symbols).tolist() == [OTHER, OTHER, EOS, OTHER, WORD_START, WORD_CONTINUE,
-                                                       LEFT_ARC, RIGHT_ARC, OTHER, WORD_ATTACHED]
+                                                       LEFT_ARC, RIGHT_ARC, OTHER, WORD_MARK_ONLY]
     assert tr.transition_vocabulary(["nsubj", "root"]) == [MARK, "LEFT-ARC:nsubj", "RIGHT-ARC:nsubj"]
     assert tr.vocabulary_classes(["ing", ","], word_initial=tr.every_piece_is_a_word).tolist() == [WORD_START] * 2
     with pytest.raises(ValueError):
@@ -625,6 +633,10 @@ def test_attached_words_by_hand():
         [M + "am", M, "(", "x"], [0, 1, 1, 1])  # "\u2581" "\u2581" "(": the last space piece begins the word
     with pytest.raises(InvalidTreeError, match="space in it"):
         tr.mark_attached_words([M + "a", "b", M + "c"], [0, 0, 0])
+    # a word whose pieces spell nothing (only U+2581) cannot be written: no sequence holds an empty word
+    for pieces, word_ids in (([M + "a", M], [0, 1]), ([M, M + "a"], [0, 1]), ([M + "a", M, M], [0, 1, 1])):
+        with pytest.raises(InvalidTreeError, match="no text"):
+            tr.mark_attached_words(pieces, word_ids)
     # a word vocabulary needs no mark; a piece inside a word that the rule reads as a new word cannot be helped
     assert tr.mark_attached_words(["Dogs", "."], [0, 1], tr.every_piece_is_a_word) == (["Dogs", "."], [0, 1])
     with pytest.raises(InvalidTreeError, match="space in it"):
@@ -672,7 +684,7 @@ def test_projectivize_random_trees(heads):
 VOCAB = ["<s>", "<pad>", "</s>", "<unk>", M + "a", M + "b", "c", "d", "LEFT-ARC:x", "RIGHT-ARC:x", "LEFT-ARC:y",
          "RIGHT-ARC:y", "madeupword0000", MARK]
 VOCAB_CLASS = {0: OTHER, 1: OTHER, 2: EOS, 3: OTHER, 4: WORD_START, 5: WORD_START, 6: WORD_CONTINUE,
-               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER, 13: WORD_ATTACHED}
+               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER, 13: WORD_MARK_ONLY}
 BY_CLASS = {c: [i for i, k in VOCAB_CLASS.items() if k == c] for c in (*ALL_MOVES, OTHER)}
 
 
@@ -785,13 +797,13 @@ def test_budget_always_lets_the_beam_finish():
 
 
 @settings(max_examples=200, deadline=None)
-@given(classes=st.lists(st.sampled_from((WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, WORD_ATTACHED)),
+@given(classes=st.lists(st.sampled_from((WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, WORD_MARK_ONLY)),
                         max_size=20), remaining=st.integers(0, 12))
 def test_budget_matches_brute_force_search(classes, remaining):
     """The budget rule (a formula in the module) against a breadth-first search over all continuations."""
     state, tokens = (0, False, False), []
     spelled = {WORD_START: M + "a", WORD_CONTINUE: "c", LEFT_ARC: "LEFT-ARC:x", RIGHT_ARC: "RIGHT-ARC:x",
-               WORD_ATTACHED: MARK}
+               WORD_MARK_ONLY: MARK}
     for move in classes:  # keep the valid moves of the random list
         nxt = _abstract_step(*state, move)
         if nxt is None:
@@ -804,6 +816,55 @@ def test_budget_matches_brute_force_search(classes, remaining):
                       bare=torch.tensor([bare]))
     allowed = batched.allowed_classes(remaining)[0].tolist()
     assert {c for c in ALL_MOVES if allowed[c]} == reference_allowed(reference_classes(tokens), remaining)
+
+
+def _ends_inside(state, low, high, moves):
+    """Breadth-first search: can EOS be reached from `state` with a number of tokens t (EOS included), low <= t <=
+    high, using only `moves`?"""
+    frontier, seen = deque([(state, 0)]), set()
+    while frontier:
+        state, used = frontier.popleft()
+        if used > high or (state, used) in seen:
+            continue
+        seen.add((state, used))
+        if state[0] == "done":
+            if used >= low:
+                return True
+            continue
+        for move in moves:
+            nxt = _abstract_step(*state, move)
+            if nxt is not None:
+                frontier.append((nxt, used + 1))
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), remaining=st.integers(0, 12), continuations=st.booleans())
+def test_length_window_matches_brute_force_search(data, remaining, continuations):
+    """The length window (fairseq's max_len and min_len: at most `remaining`, at least `minimum` more tokens, EOS
+    included) against a breadth-first search over every continuation; without continuation pieces (a word
+    vocabulary) a word cannot be lengthened by one token, so only words and arcs may fill the window."""
+    moves = ALL_MOVES if continuations else (WORD_START, LEFT_ARC, RIGHT_ARC, EOS)
+    minimum = data.draw(st.integers(max(0, remaining - 5), remaining + 1))  # narrow windows are the hard ones
+    classes = data.draw(st.lists(st.sampled_from([m for m in moves if m != EOS]), max_size=16))
+    state = (0, False, False)
+    for move in classes:  # keep the valid moves of the random list
+        nxt = _abstract_step(*state, move)
+        if nxt is not None:
+            state = nxt
+    expected = set()
+    for move in moves:
+        nxt = _abstract_step(*state, move)
+        if nxt is not None and _ends_inside(nxt, minimum - 1, remaining - 1, moves):
+            expected.add(move)
+    stack, is_open, bare = state
+    batched = replace(TransitionScan.initial(1), depth=torch.tensor([stack]), open=torch.tensor([is_open]),
+                      bare=torch.tensor([bare]))
+    allowed = batched.allowed_classes(remaining, minimum, continuations)[0].tolist()
+    assert {c for c in moves if allowed[c]} == expected
+    # a state that can end inside the window always has a move that keeps it so (no dead end in beam search)
+    if _ends_inside(state, minimum, remaining, moves):
+        assert expected
 
 
 # ---- the project's sentencepiece codec -----------------------------------------------------------------------

@@ -30,9 +30,28 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .transitions import EOS, LEFT_ARC, NUM_CLASSES, OTHER, RIGHT_ARC, WORD_ATTACHED, WORD_CONTINUE, WORD_START
+from .transitions import EOS, LEFT_ARC, NUM_CLASSES, OTHER, RIGHT_ARC, WORD_MARK_ONLY, WORD_CONTINUE, WORD_START
 
 NO_INDEX = -1
+
+
+def _can_end_within(depth: Tensor, kind: str, low: Tensor, high: Tensor) -> Tensor:
+    """Whether a state with `depth` words on the stack can end (EOS included) in some number of tokens between
+    `low` and `high`. The lengths it can end in (pieces P, new words W <= P, so P + W + depth tokens with the
+    depth + W - 1 arcs and EOS):
+      open    (its word may still grow)                  depth, depth + 1, ...     (continuation pieces)
+      bare    (after a mark: a piece must come)          depth + 1, depth + 2, ...
+      closed  (after an arc: a new word costs 2 or more) depth, depth + 2, depth + 3, ...
+      words   (a word vocabulary: every word one token)  depth, depth + 2, depth + 4, ...
+    """
+    if kind == "open":
+        return torch.maximum(depth, low) <= high
+    if kind == "bare":
+        return torch.maximum(depth + 1, low) <= high
+    if kind == "closed":
+        return ((low <= depth) & (depth <= high)) | (torch.maximum(depth + 2, low) <= high)
+    start = torch.maximum(depth, low)
+    return start + (start - depth) % 2 <= high
 
 
 @dataclass(frozen=True)
@@ -83,7 +102,7 @@ class TransitionScan:
     def _step(self, move: Tensor, label: Tensor) -> "TransitionScan":
         allowed = self.allowed_classes().gather(1, move.unsqueeze(1)).squeeze(1)
         move = torch.where(allowed, move, torch.full_like(move, OTHER))
-        begins = (move == WORD_START) | (move == WORD_ATTACHED)
+        begins = (move == WORD_START) | (move == WORD_MARK_ONLY)
         continues = move == WORD_CONTINUE
         left = move == LEFT_ARC
         arc = left | (move == RIGHT_ARC)
@@ -108,7 +127,7 @@ class TransitionScan:
         return TransitionScan(
             stack=stack, depth=depth + begins.long() - arc.long(), num_words=self.num_words + begins.long(),
             open=torch.where(piece, torch.ones_like(self.open), self.open & ~(arc | eos)),
-            bare=torch.where(move == OTHER, self.bare, move == WORD_ATTACHED), finished=self.finished | eos,
+            bare=torch.where(move == OTHER, self.bare, move == WORD_MARK_ONLY), finished=self.finished | eos,
             word=torch.cat([self.word, word.unsqueeze(1)], dim=1),
             head=torch.cat([self.head, torch.where(arc, head, none).unsqueeze(1)], dim=1),
             dependent=torch.cat([self.dependent, torch.where(arc, dependent, none).unsqueeze(1)], dim=1),
@@ -129,20 +148,34 @@ class TransitionScan:
 
     # ---- validity -------------------------------------------------------------------------------------------
 
-    def allowed_classes(self, remaining: Union[None, int, Tensor] = None) -> Tensor:
-        """(B, NUM_CLASSES) bool: the validity function of every hypothesis (TransitionState.allowed, batched);
-        with `remaining` (tokens it may still produce, EOS included), only moves after which it can still finish."""
+    def allowed_classes(self, remaining: Union[None, int, Tensor] = None, minimum: Union[None, int, Tensor] = None,
+                        continuations: bool = True) -> Tensor:
+        """(B, NUM_CLASSES) bool: the validity function of every hypothesis (TransitionState.allowed, batched).
+        With a length window, only the moves after which the hypothesis can still end as a tree inside it:
+        `remaining` (the most tokens it may still produce, EOS included) and `minimum` (the fewest: fairseq's
+        --min-len keeps EOS back until then). `continuations`: whether the vocabulary has continuation pieces (a
+        word vocabulary has none, so its words cannot be lengthened one token at a time; see `_can_end_within`)."""
         live = ~self.finished
         free = live & ~self.bare  # after a mark only a continuation piece
         depth = self.depth
         allowed = torch.stack([free, live & self.open, free & (depth >= 2), free & (depth >= 2), free & (depth == 1),
                                torch.zeros_like(live), free], dim=1)
-        if remaining is not None:
-            remaining = torch.as_tensor(remaining, device=depth.device)
-            budget = torch.stack([remaining >= depth + 2, remaining >= depth + 1, remaining >= depth,
-                                  remaining >= depth, (remaining >= 1).expand_as(depth), torch.zeros_like(live),
-                                  remaining >= depth + 3], dim=1)
-            allowed = allowed & budget
+        if remaining is None and minimum is None:
+            assert allowed.size(1) == NUM_CLASSES
+            return allowed
+        big = torch.iinfo(torch.long).max // 4
+        high = torch.as_tensor(big if remaining is None else remaining, device=depth.device) - 1  # after the move
+        low = torch.as_tensor(-big if minimum is None else minimum, device=depth.device) - 1
+        fits = _can_end_within
+        window = torch.stack([
+            fits(depth + 1, "open" if continuations else "words", low, high),  # a word-initial piece
+            fits(depth, "open", low, high),  # a continuation piece
+            fits(depth - 1, "closed" if continuations else "words", low, high),  # an arc
+            fits(depth - 1, "closed" if continuations else "words", low, high),
+            (high >= 0) & (low <= 0) & torch.ones_like(live),  # EOS: it is the last token
+            torch.zeros_like(live),
+            fits(depth + 1, "bare", low, high)], dim=1)  # a mark or lone U+2581: a piece must follow
+        allowed = allowed & window
         assert allowed.size(1) == NUM_CLASSES
         return allowed
 

@@ -26,9 +26,14 @@ Attached words. A word written without a space before it ("." or "," after a wor
 the rule alone it would continue the previous word, and decoding, which has no word ids, would read other words
 than the parser's. Preprocessing therefore writes ATTACHED_MARK ("<attached>") as the first token of every such
 word (`mark_attached_words`, one rule for the writer and the decoder): the mark begins a word and must be followed
-by a continuation piece (class WORD_ATTACHED; an empty word is invalid), and it spells nothing, so the text and the
+by a continuation piece (class WORD_MARK_ONLY; an empty word is invalid), and it spells nothing, so the text and the
 word's surface form are the pieces' ("bark" "<attached>" "." -> "bark."). A word vocabulary needs no mark (every
 token is a word).
+Empty words. A piece that is only "\u2581" spells a space and nothing of a word: sentencepiece writes it before a
+word whose first piece it has only without the mark ("\u2581" "\u00c4" ...). It is in the same class as the mark
+(WORD_MARK_ONLY: it begins a word, and a continuation piece must follow), so no generated word, and no translation,
+is empty; a parsed word that segments to such pieces alone has no text and is refused by the oracle's writer
+(`mark_attached_words`).
 
 Projectivisation. Arc-standard derives projective trees only. `projectivize` lifts non-projective arcs (Nivre &
 Nilsson 2005's Lift without label encoding: the dependent of the shortest non-projective arc is reattached to its
@@ -78,11 +83,11 @@ NO_WORD = -1  # word id of an arc token (the project's convention for columns th
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "<unk>")  # never valid as a generated token (`vocabulary_classes`)
 
 # token classes (shared by the Python validity function and the batched one, transition_function.py)
-WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_ATTACHED = range(7)
+WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_MARK_ONLY = range(7)
 NUM_CLASSES = 7
 CLASS_NAMES = ("word-initial piece", "continuation piece", "LEFT-ARC", "RIGHT-ARC", "EOS", "other",
-               "attached-word mark")
-WORD_BEGINNINGS = (WORD_START, WORD_ATTACHED)  # the classes that push a word
+               "word mark with no text (attached-word mark or a lone \u2581)")
+WORD_BEGINNINGS = (WORD_START, WORD_MARK_ONLY)  # the classes that push a word
 
 # edge kinds (TransitionEdges.kind)
 EDGE_WORD, EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION = range(3)
@@ -197,13 +202,15 @@ def token_class(token: str, word_initial: WordRule = starts_with_word_mark, eos:
     if token == eos:
         return EOS
     if token == ATTACHED_MARK:
-        return WORD_ATTACHED
+        return WORD_MARK_ONLY
     if token in specials or _FAIRSEQ_PADDING.fullmatch(token):
         return OTHER
     arc = parse_arc(token)
     if arc is not None:
         return arc[0]
-    return WORD_START if word_initial(token) else WORD_CONTINUE
+    if not word_initial(token):
+        return WORD_CONTINUE
+    return WORD_MARK_ONLY if token and not token.strip(WORD_MARK) else WORD_START  # module doc, "Empty words"
 
 
 _CLASS_CACHE: dict = {}  # token -> class under the default rule (bounded: cleared when full)
@@ -226,11 +233,19 @@ def mark_attached_words(pieces: Sequence[str], word_ids: Sequence[int],
     word-boundary rule would not read as a new word, so that the rule reads exactly the given words. Extra spaces
     before a word (a run of spaces: sentencepiece writes "\u2581" pieces, then "\u2581word") are left out, so the
     word's own piece begins it: a run of spaces becomes one. Raises InvalidTreeError where no mark can help: a
-    piece inside a word that the rule reads as a new word (a word with a space in it)."""
+    piece inside a word that the rule reads as a new word (a word with a space in it), or a word whose pieces
+    spell nothing (only "\u2581": module doc, "Empty words")."""
     marked, marked_ids, previous, start = [], [], None, 0
+
+    def require_text(word):
+        if all(p == ATTACHED_MARK or not p.strip(WORD_MARK) for p in marked[start:]):
+            raise InvalidTreeError(f"word {word} has no text after segmentation (its pieces: {marked[start:]!r})")
+
     for index, (piece, word) in enumerate(zip(pieces, word_ids)):
         begins = word != previous
         if begins:
+            if previous is not None:
+                require_text(previous)
             start = len(marked)
             if not word_initial(piece):
                 marked.append(ATTACHED_MARK)
@@ -243,6 +258,8 @@ def mark_attached_words(pieces: Sequence[str], word_ids: Sequence[int],
         marked.append(piece)
         marked_ids.append(word)
         previous = word
+    if previous is not None:
+        require_text(previous)
     return marked, marked_ids
 
 
@@ -435,7 +452,7 @@ def _budget_allows(move: int, stack: int, remaining: int) -> bool:
     """Whether `move` leaves a state that can still finish within `remaining` - 1 tokens (module doc)."""
     if move == WORD_START:
         return remaining >= stack + 2
-    if move == WORD_ATTACHED:
+    if move == WORD_MARK_ONLY:
         return remaining >= stack + 3
     if move == WORD_CONTINUE:
         return remaining >= stack + 1
@@ -502,9 +519,9 @@ class TransitionState:
         if move in (LEFT_ARC, RIGHT_ARC):
             return move if word_id == NO_WORD else OTHER
         if word_id == self.num_words:
-            return WORD_ATTACHED if move == WORD_ATTACHED else WORD_START
-        if move == WORD_ATTACHED:
-            return OTHER
+            return WORD_MARK_ONLY if move == WORD_MARK_ONLY else WORD_START
+        if token == ATTACHED_MARK:
+            return OTHER  # the mark only begins a word (a lone \u2581 inside one, by the map, is a space of it)
         if word_id == self.num_words - 1 and word_id >= 0:
             return WORD_CONTINUE
         return OTHER
@@ -524,7 +541,7 @@ class TransitionState:
         return frozenset(moves)
 
     def _allowed_unmarked(self, stack: int) -> List[int]:
-        moves = [WORD_START, WORD_ATTACHED]
+        moves = [WORD_START, WORD_MARK_ONLY]
         if self.open:
             moves.append(WORD_CONTINUE)
         if stack >= 2:
@@ -537,7 +554,8 @@ class TransitionState:
         if self.finished:
             return "the sequence has ended (EOS)"
         if self.bare and move != WORD_CONTINUE:
-            return "an attached-word mark must be followed by a piece of its word (a word cannot be empty)"
+            return ("an attached-word mark or a lone \u2581 piece must be followed by a piece of its word (a word "
+                    "cannot be empty)")
         if move == WORD_CONTINUE and not self.open:
             if not self.word_pieces:
                 return "a continuation piece cannot begin the sequence (no word in progress)"
@@ -562,7 +580,7 @@ class TransitionState:
                                          f"{self.why_invalid(move)}")
         position = len(self.tokens)
         self.tokens.append(token)
-        self.bare = move == WORD_ATTACHED
+        self.bare = move == WORD_MARK_ONLY
         if move in WORD_BEGINNINGS:
             self.stack.append(len(self.word_pieces))
             self.word_pieces.append([position])

@@ -77,9 +77,9 @@ def select_encoder_out(encoder_out: Optional[Dict[str, List[Tensor]]], rows: Ten
 @register_decoder("transformer")
 class SyntaxTransformerDecoder(TransformerDecoderBase):
     """fairseq's causal Transformer decoder whose layers carry the decoder syntax mechanisms, with an optional
-    mechanism on the decoder's input vectors, and the mechanisms' token constraint (if any): a mask of tokens
-    forbidden at each position, returned as extra["forbidden_tokens"] and applied by the model's
-    get_normalized_probs, in training and in beam search alike."""
+    mechanism on the decoder's input vectors, and the mechanisms' token constraint (if any): a module that gives
+    the tokens forbidden at the next step of generation, kept as `token_constraint` and applied by the task's
+    generator with every other constraint (tasks/constrained_generation.py)."""
 
     policy = "causal"
 
@@ -177,10 +177,6 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
         syntax = self.batch_syntax(encoder_out, features)
         x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
                                          alignment_layer, alignment_heads, syntax=syntax)
-        if self.token_constraint is not None:
-            forbidden = self.token_constraint(prev_output_tokens, incremental_state=incremental_state)
-            if forbidden is not None:
-                extra["forbidden_tokens"] = forbidden
         if not features_only:
             x = self.output_layer(x)
         return x, extra

@@ -211,15 +211,6 @@ class SyntaxTransformerModel(TransformerModel):
             return target[predicted].unsqueeze(0)
         return target.masked_fill(~predicted, self.decoder.padding_idx)
 
-    def get_normalized_probs(self, net_output, log_probs: bool, sample=None):
-        """A decoder mechanism's forbidden tokens get probability 0: one masked_fill over the whole beam."""
-        extra = net_output[1] if len(net_output) > 1 else None
-        forbidden = extra.get("forbidden_tokens") if isinstance(extra, dict) else None
-        if forbidden is not None:
-            logits = net_output[0]
-            net_output = (logits.masked_fill(forbidden[:, -logits.size(1):], float("-inf")), *net_output[1:])
-        return super().get_normalized_probs(net_output, log_probs, sample)
-
 
 def syntax_defaults(args):
     args.encoder_syntax = getattr(args, "encoder_syntax", None) or "none"

@@ -31,7 +31,9 @@ declares, once:
 Syntax reaches a mechanism only through its forward arguments; no module keeps anything of a batch.
 
 A decoder mechanism may also build one token constraint for the whole decoder (`build_token_constraint`): a
-module that, from the target prefix, forbids tokens at the next step (SyntaxTransformerDecoder applies it).
+module that, from the target prefix, forbids tokens at the next step of generation ((B, T, V) bool, or None); the
+task's generator applies it where it applies the transition masks (tasks/constrained_generation.py), the one
+path by which generation restricts the next token.
 Per-hypothesis state (a stack, the last token) lives in fairseq's incremental state and is reordered in the
 module's `reorder_incremental_state`; store copies, never views of `prev_output_tokens`, whose buffer beam search
 rewrites in place between steps.

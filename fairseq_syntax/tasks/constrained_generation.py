@@ -1,16 +1,23 @@
-"""Decoding that only makes valid trees: fairseq's SequenceGenerator whose model gives invalid transitions no
-probability at every step (data/transitions.py, "Budget" and the validity function), for a data-bin whose target
-tokens are transition sequences (`--target-transitions`).
+"""Constrained decoding, the one path by which generation restricts the next token: fairseq's SequenceGenerator
+whose ensemble gives forbidden tokens no probability at every step. Mainly, decoding that only makes valid trees:
+invalid transitions are forbidden (data/transitions.py, "Budget" and the validity function) on a data-bin whose
+target tokens are transition sequences (`--target-transitions`); also the token constraints of decoder mechanisms
+(modules/mechanisms.py), applied at the same place.
 
 The hook is the EnsembleModel's forward_decoder, which receives every hypothesis's whole prefix (BOS + the tokens
 so far, rows already in the beam's current order). The state of every row is the batched transition function's
 (data/transition_function.py), kept in the ensemble's incremental state: each step extends it by the newest
 column, and reorder_incremental_state reorders it with the beam (and drops finished sentences with it); when what
 is kept does not fit the prefix (a new batch, a forced prefix), it is made again from the whole prefix. The mask
-is the scan's validity function with the remaining budget of fairseq's max_len: fairseq forces EOS at step
-max_len, so at step s a hypothesis may still produce max_len - s + 1 tokens (EOS included); a hypothesis that has
-followed the mask can always finish within it (it never runs into the length limit with no valid move).
+is the scan's validity function with the length window of fairseq's max_len and min_len: fairseq forces EOS at
+step max_len and keeps it back before step min_len, so at step s a hypothesis may still produce max_len - s + 1
+tokens and must produce at least min_len - s + 1 (EOS included). A hypothesis that has followed the mask can always
+end as a tree inside the window (it never runs into a step with no valid move); when the window itself is empty
+(--min-len beyond a batch's maximum length) ConstrainedSequenceGenerator refuses it with a message, where fairseq
+would stop at a bare assertion. Every finished hypothesis is checked: one that is not a whole tree is kept with
+score -inf and counted in the generation log, never dropped silently.
 """
+import logging
 import math
 from typing import Optional
 
@@ -21,9 +28,11 @@ from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
 from ..data.transition_function import TransitionScan
-from ..data.transitions import EOS
+from ..data.transitions import EOS, WORD_CONTINUE
 
 SCAN_KEY = "transition_scan"  # the ensemble's entry in the first model's incremental state
+
+logger = logging.getLogger(__name__)
 
 
 def _remaining(prefix: Tensor, max_len: Optional[int]) -> Optional[int]:
@@ -31,33 +40,56 @@ def _remaining(prefix: Tensor, max_len: Optional[int]) -> Optional[int]:
     return None if max_len is None else max_len - (prefix.size(1) - 1) + 1
 
 
-def transition_mask(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None) -> Tensor:
+def _minimum(prefix: Tensor, min_len: int) -> Optional[int]:
+    """Tokens (EOS included) a row of `prefix` must still produce under fairseq's min_len (EOS only at steps >=
+    min_len); None where that is no constraint."""
+    minimum = min_len - (prefix.size(1) - 1) + 1
+    return minimum if minimum > 1 else None
+
+
+def transition_mask(prefix: Tensor, token_class: Tensor, max_len: Optional[int] = None, min_len: int = 0) -> Tensor:
     """(B, V) bool, True where the next token is allowed after each row of `prefix` (B, 1 + n: fairseq's BOS, then
-    the tokens so far), with the budget of fairseq's max_len (None: no length limit)."""
-    return TransitionScan.of(prefix[:, 1:], token_class).mask(token_class, _remaining(prefix, max_len))
+    the tokens so far), within the length window of fairseq's max_len (None: no length limit) and min_len."""
+    scan = TransitionScan.of(prefix[:, 1:], token_class)
+    return scan.allowed_classes(_remaining(prefix, max_len), _minimum(prefix, min_len),
+                                has_continuations(token_class))[:, token_class]
+
+
+def has_continuations(token_class: Tensor) -> bool:
+    """Whether the vocabulary has continuation pieces (a word vocabulary has none)."""
+    return bool((token_class == WORD_CONTINUE).any())
 
 
 def transition_penalty(scan: TransitionScan, token_class: Tensor, remaining: Optional[int] = None,
-                       dtype: torch.dtype = torch.float32) -> Tensor:
+                       dtype: torch.dtype = torch.float32, minimum: Optional[int] = None,
+                       continuations: bool = True) -> Tensor:
     """(B, V): 0 where the scan's validity function allows the token, -inf elsewhere, to be added to
     log-probabilities. Built per class (B, NUM_CLASSES) and spread over the vocabulary with one index_select
     (bench/timed_generate.py measures the masks' share of generation time)."""
     # A finished row may only repeat EOS: fairseq keeps a hypothesis that ended as a padding row of the beam
     # (marked to ignore, never finalised: sampling draws only `beam` candidates, so EOS draws become such rows), and
     # sampling needs some token with probability there ("invalid multinomial distribution" otherwise).
-    allowed = scan.allowed_classes(remaining)
+    allowed = scan.allowed_classes(remaining, minimum, continuations)
     allowed[:, EOS] |= scan.finished
     per_class = torch.zeros(allowed.shape, dtype=dtype, device=token_class.device).masked_fill_(~allowed, -math.inf)
     return per_class.index_select(1, token_class)
 
 
-class TransitionMaskedEnsemble(EnsembleModel):
-    """fairseq's EnsembleModel whose next-token log-probabilities are -inf on invalid transitions."""
+class ConstrainedEnsemble(EnsembleModel):
+    """fairseq's EnsembleModel whose next-token log-probabilities are -inf where a constraint forbids the token:
+    the one path by which generation restricts the next token. Two kinds: the transition validity masks of a data-bin
+    whose target has transitions (`token_class` given), and the token constraint a decoder mechanism may build
+    (modules/mechanisms.py, `build_token_constraint`: the decoder's `token_constraint`, called with the prefix and
+    that model's incremental state; with an ensemble, a token any model forbids is forbidden)."""
 
-    def __init__(self, models, token_class: Tensor):
+    def __init__(self, models, token_class: Optional[Tensor] = None):
         super().__init__(models)
         self.token_class = token_class
-        self.max_len: Optional[int] = None  # set by TransitionSequenceGenerator for every batch
+        self.continuations = token_class is not None and has_continuations(token_class)
+        self.model_constraints = [(index, model.decoder.token_constraint) for index, model in enumerate(models)
+                                  if getattr(getattr(model, "decoder", None), "token_constraint", None) is not None]
+        self.max_len: Optional[int] = None  # set by ConstrainedSequenceGenerator for every batch
+        self.min_len = 0
 
     def prefix_scan(self, tokens: Tensor, incremental_states) -> TransitionScan:
         """The transition state of every row of `tokens` (B, 1 + n), extended from the one kept for its first n - 1
@@ -74,13 +106,19 @@ class TransitionMaskedEnsemble(EnsembleModel):
 
     def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        for index, constraint in self.model_constraints:
+            forbidden = constraint(tokens, incremental_state=incremental_states[index] if incremental_states else None)
+            if forbidden is not None:  # (B, T, V) bool: the last column is this step's
+                lprobs = lprobs.masked_fill(forbidden[:, -1, :lprobs.size(-1)], -math.inf)
+        if self.token_class is None:
+            return lprobs, attn
         if self.token_class.device != tokens.device:
             self.token_class = self.token_class.to(tokens.device)
         scan = self.prefix_scan(tokens, incremental_states)
         # added into the fresh penalty tensor: one (B, V) allocation per step (the bool-mask masked_fill took four
         # times as long, mostly allocating: 18 vs 4.7 ms for 320 rows x 8,104 symbols on one CPU thread)
         penalty = transition_penalty(scan, self.token_class[:lprobs.size(-1)], _remaining(tokens, self.max_len),
-                                     lprobs.dtype)
+                                     lprobs.dtype, _minimum(tokens, self.min_len), self.continuations)
         return penalty.add_(lprobs), attn
 
     def reorder_incremental_state(self, incremental_states, new_order):
@@ -89,22 +127,40 @@ class TransitionMaskedEnsemble(EnsembleModel):
             incremental_states[0][SCAN_KEY] = incremental_states[0][SCAN_KEY].index_select(new_order)
 
 
-class TransitionSequenceGenerator(SequenceGenerator):
-    """SequenceGenerator over TransitionMaskedEnsemble; `token_class` (V,) of the target dictionary."""
+class ConstrainedSequenceGenerator(SequenceGenerator):
+    """SequenceGenerator over ConstrainedEnsemble; `token_class` (V,): the transition class of every symbol of the
+    target dictionary, on a data-bin whose target has transitions (None: only the models' token constraints)."""
 
-    def __init__(self, models, tgt_dict, token_class: Tensor = None, **kwargs):
-        if token_class is None or len(token_class) != len(tgt_dict):
-            raise ValueError("TransitionSequenceGenerator needs the class of every target symbol (token_class)")
+    def __init__(self, models, tgt_dict, token_class: Optional[Tensor] = None, **kwargs):
+        if token_class is None:
+            super().__init__(ConstrainedEnsemble(models), tgt_dict, **kwargs)
+            return
+        if len(token_class) != len(tgt_dict):
+            raise ValueError(f"the transition classes cover {len(token_class)} symbols, the target dictionary has "
+                             f"{len(tgt_dict)}")
         if kwargs.get("match_source_len"):
             raise ValueError("--match-source-len: a transition target holds arcs and attached-word marks besides its "
                              "pieces, so its length cannot follow the source's; bound it with --max-len-a/--max-len-b")
-        super().__init__(TransitionMaskedEnsemble(models, token_class), tgt_dict, **kwargs)
+        if kwargs.get("max_len_a", 0) == 0 and kwargs.get("min_len", 1) > kwargs.get("max_len_b", 200):
+            raise ValueError(f"--min-len {kwargs['min_len']} is more than the maximum length --max-len-b "
+                             f"{kwargs.get('max_len_b', 200)}: no hypothesis could end")
+        super().__init__(ConstrainedEnsemble(models, token_class), tgt_dict, **kwargs)
+        self.incomplete_hypotheses = 0  # over every batch so far (logged)
+        self.hypotheses = 0
 
     def _generate(self, sample, prefix_tokens=None, constraints=None, bos_token=None):
+        if self.model.token_class is None:
+            return super()._generate(sample, prefix_tokens=prefix_tokens, constraints=constraints,
+                                     bos_token=bos_token)
         net_input = sample["net_input"]
         source = net_input["src_tokens"] if "src_tokens" in net_input else net_input["source"]
         # fairseq's own max_len of this batch (SequenceGenerator._generate; --match-source-len is refused)
         self.model.max_len = min(int(self.max_len_a * source.size(1) + self.max_len_b), self.max_len - 1)
+        self.model.min_len = self.min_len
+        if self.min_len > self.model.max_len:  # fairseq would stop at a bare assertion
+            raise ValueError(f"--min-len {self.min_len} is more than this batch's maximum length {self.model.max_len} "
+                             f"(--max-len-a {self.max_len_a} x {source.size(1)} source tokens + --max-len-b "
+                             f"{self.max_len_b}): no hypothesis could end")
         if prefix_tokens is not None:
             self.check_prefixes(prefix_tokens, sample.get("id"))
         if isinstance(self.search, DiverseBeamSearch) and "id" in sample:
@@ -112,7 +168,35 @@ class TransitionSequenceGenerator(SequenceGenerator):
             # _generate takes from sample["id"], the dataset's: out of range after the first batch (IndexError, with
             # a stock transformer too). Without "id", _generate numbers the batch's sentences from 0, as it should.
             sample = {key: value for key, value in sample.items() if key != "id"}
-        return super()._generate(sample, prefix_tokens=prefix_tokens, constraints=constraints, bos_token=bos_token)
+        finalized = super()._generate(sample, prefix_tokens=prefix_tokens, constraints=constraints,
+                                      bos_token=bos_token)
+        self.report_incomplete(finalized)
+        return finalized
+
+    def report_incomplete(self, finalized) -> None:
+        """Counts the hypotheses that are not whole trees and logs them with the running total; they are kept (score
+        -inf), not dropped, so every sentence still has its output lines. The masks plan for the length window and
+        an empty window is refused, so none is expected: this is the check that nothing is lost silently if one
+        ever comes out."""
+        hypos = [hypo for sentence in finalized for hypo in sentence]
+        self.hypotheses += len(hypos)
+        if not hypos:
+            return
+        token_class = self.model.token_class
+        tokens = torch.nn.utils.rnn.pad_sequence([hypo["tokens"] for hypo in hypos], batch_first=True,
+                                                 padding_value=self.pad)
+        scan = TransitionScan.of(tokens, token_class.to(tokens.device))
+        real = tokens.ne(self.pad)
+        whole = scan.finished & (scan.applied | ~real).all(dim=1)
+        incomplete = int((~whole).sum())
+        if incomplete:
+            self.incomplete_hypotheses += incomplete
+            logger.warning(f"{incomplete} of {len(hypos)} hypotheses of this batch are not whole trees (--min-len "
+                           f"{self.min_len}, maximum length {self.model.max_len}); kept with score -inf "
+                           f"({self.incomplete_hypotheses} of {self.hypotheses} so far)")
+            for hypo, ok in zip(hypos, whole.tolist()):
+                if not ok:
+                    hypo["score"] = hypo["score"].new_tensor(-math.inf)
 
     def check_prefixes(self, prefix_tokens: Tensor, ids: Optional[Tensor]) -> None:
         """A forced prefix (--prefix-size) is the state the search starts from: it must be a valid transition

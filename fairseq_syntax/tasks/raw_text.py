@@ -6,6 +6,7 @@ hub interface through the task (syntax_translation.py), so any model that needs 
 text without new code."""
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence
 
@@ -163,11 +164,23 @@ class RawTextEncoder:
 
 class InferenceDataset(SyntaxLanguagePairDataset):
     """Sentences of raw text; those that could not be encoded are left out of every batch (their ids stay, so
-    fairseq-interactive's output stays in input order)."""
+    fairseq-interactive's output stays in input order). With `batch_log`, every batch made appends (the input line
+    numbers of its rows, counted from 0 over the whole input: `first_line` + the sentence's index here, its source
+    tokens): fairseq-interactive hands the task only the tokens of a batch, and the trees it writes need the ids."""
 
-    def __init__(self, *args, unusable: Sequence[int] = (), **kwargs):
+    def __init__(self, *args, unusable: Sequence[int] = (), batch_log: Optional[deque] = None,
+                 first_line: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.unusable = np.asarray(sorted(unusable), dtype=np.int64)
+        self.batch_log = batch_log
+        self.first_line = first_line
+
+    def collater(self, samples, pad_to_length=None):
+        batch = super().collater(samples, pad_to_length=pad_to_length)
+        if self.batch_log is not None and "id" in batch:
+            self.batch_log.append(([self.first_line + int(i) for i in batch["id"]],
+                                   batch["net_input"]["src_tokens"].clone()))
+        return batch
 
     def ordered_indices(self):
         indices = super().ordered_indices()

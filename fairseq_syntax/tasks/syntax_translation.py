@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 from argparse import Namespace
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -36,7 +37,7 @@ class SyntaxTranslationConfig(TranslationConfig):
         default=None, metadata={"help": "a data-bin whose target has transitions (--target-transitions): write the "
                                         "tree of every generated hypothesis (the --nbest best of each sentence) to "
                                         "this file as CoNLL-U, ordered by sentence id (# sent_id = the id of the H- "
-                                        "lines)"})
+                                        "lines of fairseq-generate or fairseq-interactive)"})
 
 
 @register_task("syntax_translation", dataclass=SyntaxTranslationConfig)
@@ -57,6 +58,9 @@ class SyntaxTranslationTask(TranslationTask):
         self._inference_syntax: Dict[Tuple[int, ...], SentenceSyntax] = {}
         self._unusable_inputs: List[int] = []
         self._input_lines_read = 0
+        # fairseq-interactive with --trees-out: the input lines of the batches made, in order (InferenceDataset)
+        self._interactive_batches: Optional[deque] = None
+        self._buffer_first_line = 0
         data_dir = utils.split_paths(cfg.data)[0]
         self.manifest = SyntaxManifest.load(data_dir)
         self.label_dicts = {}
@@ -234,7 +238,10 @@ class SyntaxTranslationTask(TranslationTask):
                       file=sys.stderr, flush=True)
                 self._unusable_inputs.append(i)
                 item.tokens = torch.LongTensor([self.src_dict.eos()])
+        self._buffer_first_line = self._input_lines_read
         self._input_lines_read += len(lines)
+        if self.cfg.trees_out and self._interactive_batches is None:
+            self._interactive_batches = deque()
         return [item.tokens for item in encoded], [item.tokens.numel() for item in encoded]
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
@@ -248,7 +255,7 @@ class SyntaxTranslationTask(TranslationTask):
             src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.target_dictionary,
             constraints=constraints, left_pad_source=self.cfg.left_pad_source,
             left_pad_target=self.cfg.left_pad_target, src_syntax=syntax, net_input_features=set(features),
-            unusable=unusable)
+            unusable=unusable, batch_log=self._interactive_batches, first_line=self._buffer_first_line)
 
     def _syntax_of(self, tokens: torch.Tensor) -> Optional[SentenceSyntax]:
         syntax = self._inference_syntax.get(tuple(tokens.tolist()))
@@ -264,46 +271,71 @@ class SyntaxTranslationTask(TranslationTask):
             sample["net_input"].update(self._source_features(sample["net_input"]["src_tokens"], missing))
         hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                        constraints=constraints)
-        if self.cfg.trees_out and "id" in sample:
-            self._write_trees(sample["id"].tolist(), hypos)
+        if self.cfg.trees_out:
+            ids = sample["id"].tolist() if "id" in sample else self._input_lines_of(sample["net_input"]["src_tokens"])
+            self._write_trees(ids, hypos)
         return hypos
+
+    def _input_lines_of(self, src_tokens: torch.Tensor) -> List[int]:
+        """The input line numbers (fairseq-interactive's sentence ids) of a batch that came without ids: the batches
+        are made and translated in the same order, so the first one logged with these tokens is it."""
+        tokens = src_tokens.cpu()
+        while self._interactive_batches:
+            lines, logged = self._interactive_batches.popleft()
+            if logged.shape == tokens.shape and torch.equal(logged, tokens):
+                return lines
+        raise RuntimeError("--trees-out: a batch without sentence ids that was not made by fairseq-interactive's "
+                           "dataset (build_dataset_for_inference); cannot tell which sentences it holds")
 
     # ---- target-side transitions (--target-transitions data-bins) ------------------------------------------------
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
-        """On a data-bin whose target has transitions, beam search (and sampling) gives invalid transitions no
-        probability at every step (constrained_generation.py)."""
+        """Generation restricts the next token by one path (constrained_generation.py): on a data-bin whose target
+        has transitions, beam search (and sampling) gives invalid transitions no probability at every step; a model
+        whose decoder mechanism builds a token constraint has it applied there too."""
         self._nbest = max(1, int(getattr(args, "nbest", 1) or 1))
-        if self.transition_classes is None or getattr(args, "score_reference", False):
+        constrained_models = [m for m in models if getattr(getattr(m, "decoder", None), "token_constraint", None)]
+        if (self.transition_classes is None and not constrained_models) or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+        what = ("a data-bin with target transitions" if self.transition_classes is not None
+                else "a model whose decoder constrains the next token")
         if getattr(args, "constraints", None):
-            raise ValueError("--constraints: fairseq's lexically constrained search forces tokens that the transition "
-                             "validity masks may forbid at that step; it is not supported on a data-bin with target "
-                             "transitions")
+            raise ValueError(f"--constraints: fairseq's lexically constrained search forces tokens that the masks of "
+                             f"{what} may forbid at that step; it is not supported there")
         if seq_gen_cls is not None or getattr(args, "print_alignment", False):
-            raise ValueError("a data-bin with target transitions is decoded by the transition-masked generator; "
-                             "--print-alignment (or another generator class) is not supported with it")
-        from .constrained_generation import TransitionSequenceGenerator
+            raise ValueError(f"{what} is decoded by the constrained generator; --print-alignment (or another "
+                             f"generator class) is not supported with it")
+        from .constrained_generation import ConstrainedSequenceGenerator
 
         kwargs = dict(extra_gen_cls_kwargs or {}, token_class=self.transition_classes)
-        return super().build_generator(models, args, seq_gen_cls=TransitionSequenceGenerator,
+        return super().build_generator(models, args, seq_gen_cls=ConstrainedSequenceGenerator,
                                        extra_gen_cls_kwargs=kwargs, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+
+    def hypothesis_tree(self, token_ids: torch.Tensor, sent_id: Optional[str] = None):
+        """(transitions.Tree: words, 1-based heads, labels; its CoNLL-U) of a generated transition sequence; raises
+        ValueError on a data-bin without target transitions, transitions.TransitionError on an incomplete tree."""
+        from ..data.transitions import to_conllu, transitions_to_tree
+
+        if self.transition_classes is None:
+            raise ValueError(f"trees: the target side of {self.cfg.data} has no transitions (make the data-bin with "
+                             "fairseq-syntax-preprocess --target-parser SPEC --target-transitions)")
+        tokens = [self.tgt_dict.symbols[i] for i in token_ids.tolist()]
+        root = self.manifest.target_root_label
+        return (transitions_to_tree(tokens, word_initial=self.word_rule, root_label=root),
+                to_conllu(tokens, sent_id=sent_id, word_initial=self.word_rule, root_label=root))
 
     def _write_trees(self, ids: List[int], hypos) -> None:
         """Adds the trees of this batch's hypotheses and rewrites --trees-out, ordered by (sentence id, rank)."""
-        from ..data.transitions import TransitionError, to_conllu
+        from ..data.transitions import TransitionError
 
-        symbols = self.tgt_dict.symbols
         for sentence_id, sentence_hypos in zip(ids, hypos):
             for rank, hypo in enumerate(sentence_hypos[:self._nbest]):
-                tokens = [symbols[i] for i in hypo["tokens"].tolist()]
                 name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
                 try:
-                    self._trees[(sentence_id, rank)] = to_conllu(tokens, sent_id=name, word_initial=self.word_rule,
-                                                                 root_label=self.manifest.target_root_label)
+                    self._trees[(sentence_id, rank)] = self.hypothesis_tree(hypo["tokens"], name)[1]
                 except TransitionError as error:  # cannot happen with the masked generator; reported, not hidden
                     logger.warning("--trees-out: hypothesis %s is not a complete tree (%s); left out", name, error)
         path = self.cfg.trees_out
