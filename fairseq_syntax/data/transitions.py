@@ -73,13 +73,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .subword import NO_WORD  # the word id of an arc token: the project's one value for columns that are not pieces
+
 WORD_MARK = "\u2581"
 ATTACHED_MARK = "<attached>"  # begins a word written without a space before it (module doc, "Attached words")
 LEFT_ARC_PREFIX = "LEFT-ARC:"
 RIGHT_ARC_PREFIX = "RIGHT-ARC:"
 EOS_SYMBOL = "</s>"  # fairseq's end of sentence; a transition sequence itself never contains it
 ROOT_LABEL = "root"  # UD's label of the root word (its edge is deleted from the transitions)
-NO_WORD = -1  # word id of an arc token (the project's convention for columns that are not pieces)
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "<unk>")  # never valid as a generated token (`vocabulary_classes`)
 
 # token classes (shared by the Python validity function and the batched one, transition_function.py)
