@@ -139,6 +139,21 @@ def test_label_embedding_replaces_the_last_dimensions_only(data_bin, device):  #
     assert torch.equal(after[1, piece, :-10], before[1, piece, :-10])
 
 
+def test_label_and_token_dimensions_start_at_the_same_scale(data_bin):  # noqa: F811
+    """The label vectors stand in for token dimensions before fairseq's sqrt(d) scaling: at initialisation their
+    spread matches the token embeddings' (a standard-deviation-1 label table once made them sqrt(d) = 8 times
+    larger at d = 64, most of the input's energy), and the padding label (EOS, padding) is zero."""
+    _, destdir = data_bin
+    task, cfg = load_task(destdir, "--arch", "transformer_sh_tiny")
+    torch.manual_seed(0)
+    model = task.build_model(cfg.model)
+    labels = model.encoder.embedding_mechanism.embedding.weight.detach()
+    tokens = model.encoder.embed_tokens.weight.detach()[task.source_dictionary.nspecial:]
+    ratio = labels[1:].std().item() / tokens.std().item()
+    assert 0.7 < ratio < 1.4, ratio
+    assert torch.equal(labels[0], torch.zeros_like(labels[0]))
+
+
 def train(destdir, save_dir, arch, *extra):
     result = run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en",
                      "-t", "de", "--arch", arch, "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "1500",
