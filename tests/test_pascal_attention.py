@@ -17,9 +17,11 @@ EMBED_DIM, HEADS = 16, 4
 F32 = dict(rtol=1e-5, atol=1e-6)
 
 
-def build_attention(pascal_heads, variance=1.0, parent_ignoring=0.0, seed=0):
+def build_attention(pascal_heads, variance=1.0, parent_ignoring=0.0, seed=0, combination="multiply",
+                    parent_only=False):
     torch.manual_seed(seed)
-    args = Namespace(pascal_heads=pascal_heads, pascal_variance=variance, parent_ignoring=parent_ignoring)
+    args = Namespace(pascal_heads=pascal_heads, pascal_variance=variance, parent_ignoring=parent_ignoring,
+                     pascal_combination=combination, pascal_parent_only=parent_only)
     attention = SyntaxBiasedSelfAttention(EMBED_DIM, HEADS, dropout=0.0, self_attention=True,
                                           score_modifier=ParentScaledModifier(args, EMBED_DIM, HEADS, 0))
     for p in attention.parameters():  # non-trivial biases too
@@ -51,8 +53,11 @@ def random_batch(lengths, left_pad, seed=1):
     return x, mask, parents
 
 
-def naive_pascal(attention, x, mask, parents, pascal_heads, variance, ignored_rows=None):
-    """Equations 1-3, one sentence, head, query and key at a time; padded keys get no weight."""
+def naive_pascal(attention, x, mask, parents, pascal_heads, variance, ignored_rows=None, combination="multiply",
+                 parent_only=False):
+    """Equations 1-3, one sentence, head, query and key at a time; padded keys get no weight. `combination` "add":
+    appendix B's scores plus the density; `parent_only`: Table 3b's row, only the key(s) at the parent's middle
+    position (|j - p_t| <= 1/2) may be attended to (every unpadded key where none of them is unpadded)."""
     width, batch, _ = x.shape
     d = EMBED_DIM // HEADS
     output = torch.zeros_like(x)
@@ -73,7 +78,14 @@ def naive_pascal(attention, x, mask, parents, pascal_heads, variance, ignored_ro
                         ignored = ignored_rows is not None and bool(ignored_rows[b, t])
                         density = 1.0 if ignored else math.exp(-(j - float(parents[b, t])) ** 2 / (2 * variance)) / \
                             math.sqrt(2 * math.pi * variance)  # eq. 3
-                        s = s * density  # eq. 2
+                        if parent_only:
+                            middle = [k for k in range(width) if abs(k - float(parents[b, t])) <= 0.5
+                                      and not mask[b, k]]
+                            s = s if ignored or not middle or j in middle else -math.inf
+                        elif combination == "add":
+                            s = s + (0.0 if ignored else density)  # appendix B
+                        else:
+                            s = s * density  # eq. 2
                     scores.append(-math.inf if mask[b, j] else s)
                 row = torch.softmax(torch.tensor(scores, dtype=x.dtype), dim=0)
                 weights[b, h, t] = row
@@ -96,6 +108,43 @@ def test_matches_naive_loop(left_pad, pascal_heads, variance, device):
     torch.testing.assert_close(output.transpose(0, 1)[real], expected_output.transpose(0, 1)[real], **F32)
     torch.testing.assert_close(head_weights.transpose(0, 1)[real.unsqueeze(1).expand(-1, HEADS, -1)],
                                expected_weights[real.unsqueeze(1).expand(-1, HEADS, -1)], **F32)
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+@pytest.mark.parametrize("combination,parent_only", [("add", False), ("multiply", True)],
+                         ids=["additive", "parent-only"])
+def test_the_papers_variants_match_the_naive_loop(left_pad, combination, parent_only, device):
+    """Appendix B's additive PASCAL and Table 3b's parent-only PASCAL (there a PASCAL head's weights lie on the
+    parent's middle token(s) alone)."""
+    attention = build_attention(2, combination=combination, parent_only=parent_only).eval()
+    x, mask, parents = random_batch([5, 7, 3], left_pad)
+    output, head_weights = pascal(on(device, attention), x.to(device), mask, parents, need_weights=True,
+                                  need_head_weights=True)
+    output, head_weights = output.cpu(), head_weights.cpu().transpose(0, 1)  # (B, H, T, T)
+    expected_output, expected_weights = naive_pascal(attention, x, mask, parents, 2, 1.0, combination=combination,
+                                                     parent_only=parent_only)
+    real = ~mask
+    torch.testing.assert_close(output.transpose(0, 1)[real], expected_output.transpose(0, 1)[real], **F32)
+    torch.testing.assert_close(head_weights[real.unsqueeze(1).expand(-1, HEADS, -1)],
+                               expected_weights[real.unsqueeze(1).expand(-1, HEADS, -1)], **F32)
+    if parent_only:
+        keys = torch.arange(x.size(0), dtype=torch.float64)
+        for b, t in real.nonzero().tolist():
+            at_parent = (keys - parents[b, t]).abs() <= 0.5
+            assert (at_parent & real[b]).any()  # the sentences' parents are their own tokens
+            assert (head_weights[b, :2, t][:, ~at_parent] == 0).all()
+            assert torch.allclose(head_weights[b, :2, t][:, at_parent].sum(-1), torch.ones(2, dtype=torch.float64))
+        assert torch.isfinite(output).all()  # padded rows too: a row is never all -inf
+    else:
+        multiplied, _ = naive_pascal(attention, x, mask, parents, 2, 1.0)
+        assert not torch.allclose(expected_output, multiplied)  # the variant is another function
+
+
+def test_variants_are_checked_at_build_time():
+    with pytest.raises(ValueError, match="--pascal-combination"):
+        build_attention(2, combination="max")
+    with pytest.raises(ValueError, match="--pascal-parent-only"):
+        build_attention(2, combination="add", parent_only=True)
 
 
 def test_each_sentence_gets_its_own_parents(device):

@@ -34,6 +34,8 @@ BAD = [
     (["--pascal-variance", "nan"], r"--pascal-variance must be a positive number .*got nan"),
     (["--parent-ignoring", "1.5"], r"--parent-ignoring must be a probability from 0 to 1 .*got 1\.5"),
     (["--parent-ignoring", "-0.1"], r"--parent-ignoring must be a probability from 0 to 1 .*got -0\.1"),
+    (["--pascal-combination", "max"], r"--pascal-combination must be multiply or add, got 'max'"),
+    (["--pascal-combination", "add", "--pascal-parent-only"], r"--pascal-parent-only is a hard mask"),
 ]
 
 
@@ -54,3 +56,8 @@ def test_pascal_presets_and_edge_values_build(pascal_bin):
     base = pascal_of(build(pascal_bin, "--arch", "transformer_pascal", "--encoder-layers", "1", "--decoder-layers",
                            "1", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32"))
     assert base.num_pascal_heads == 8
+    # the paper's variants, through fairseq's own argument parsing (appendix B, Table 3b)
+    assert pascal_of(build(pascal_bin, "--pascal-combination", "add")).combination == "add"
+    variant = pascal_of(build(pascal_bin, "--pascal-parent-only"))
+    assert variant.parent_only and variant.combination == "multiply"
+    assert not tiny.parent_only and tiny.combination == "multiply"
