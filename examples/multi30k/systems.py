@@ -9,6 +9,9 @@ BASELINE = "vanilla"
 MULTI30K_SYSTEMS = {
     BASELINE: ["--arch", "transformer_multi30k"],  # stock fairseq transformer
     "pascal": ["--arch", "transformer_pascal_multi30k"],
+    # the PASCAL paper's variants: scores plus the density (appendix B), all weight on the parent (Table 3b)
+    "pascal_add": ["--arch", "transformer_pascal_multi30k", "--pascal-combination", "add"],
+    "pascal_parent_only": ["--arch", "transformer_pascal_multi30k", "--pascal-parent-only"],
     "lisa": ["--arch", "transformer_lisa_multi30k"],
     "sh": ["--arch", "transformer_sh_multi30k"],  # Sennrich & Haddow label embeddings
     "multitask": ["--arch", "transformer_multitask_multi30k"],  # Currey & Heafield: a stock transformer ...
