@@ -227,20 +227,25 @@ def test_mask_is_applied_to_every_beam_at_every_step(transition_bin, monkeypatch
     task, model, cfg = build(destdir, "--beam", "3", "--max-len-a", "0", "--max-len-b", "7")
     generator = task.build_generator([model], cfg.generation)
     ensemble = generator.model
-    records = []
+    records, searching = [], []
     original = ensemble.forward_decoder
 
     def recording(tokens, *args, **kwargs):
+        searching.append(True)
         lprobs, attn = original(tokens, *args, **kwargs)
+        searching.pop()
         records.append((tokens.clone(), lprobs.clone(), ensemble.max_len))
         return lprobs, attn
 
     ensemble.forward_decoder = recording
     sample = next(iter(batches(task, size=3)))
     from fairseq_syntax.data.transition_function import TransitionScan
-    rebuilt = []  # the state is made from a whole prefix once (step 0), then extended and reordered with the beam
+    # in the search, the state is made from a whole prefix once (step 0), then extended and reordered with the beam
+    # (the finished hypotheses are read back once more after the search: not counted here)
+    rebuilt = []
     whole_prefix = TransitionScan.of
-    monkeypatch.setattr(TransitionScan, "of", lambda *args: rebuilt.append(args[0].shape) or whole_prefix(*args))
+    monkeypatch.setattr(TransitionScan, "of", lambda *args: (searching and rebuilt.append(args[0].shape))
+                        or whole_prefix(*args))
     task.inference_step(generator, [model], sample)
     assert len(rebuilt) == 1 and rebuilt[0][1] == 0, rebuilt
     symbols = task.target_dictionary.symbols
