@@ -314,18 +314,28 @@ class SyntaxTranslationTask(TranslationTask):
         return super().build_generator(models, args, seq_gen_cls=ConstrainedSequenceGenerator,
                                        extra_gen_cls_kwargs=kwargs, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
 
-    def hypothesis_tree(self, token_ids: torch.Tensor, sent_id: Optional[str] = None):
-        """(transitions.Tree: words, 1-based heads, labels; its CoNLL-U) of a generated transition sequence; raises
-        ValueError on a data-bin without target transitions, transitions.TransitionError on an incomplete tree."""
-        from ..data.transitions import to_conllu, transitions_to_tree
+    def hypothesis_conllu(self, token_ids: torch.Tensor, sent_id: Optional[str] = None) -> str:
+        """The CoNLL-U of a generated transition sequence; raises ValueError on a data-bin without target
+        transitions, transitions.TransitionError on an incomplete tree."""
+        from ..data.transitions import to_conllu
 
+        return to_conllu(self._hypothesis_tokens(token_ids), sent_id=sent_id, word_initial=self.word_rule,
+                         root_label=self.manifest.target_root_label)
+
+    def hypothesis_tree(self, token_ids: torch.Tensor, sent_id: Optional[str] = None):
+        """(transitions.Tree: words, 1-based heads, labels; its CoNLL-U) of a generated transition sequence (the
+        hub's trees=True); errors as hypothesis_conllu."""
+        from ..data.transitions import transitions_to_tree
+
+        tree = transitions_to_tree(self._hypothesis_tokens(token_ids), word_initial=self.word_rule,
+                                   root_label=self.manifest.target_root_label)
+        return tree, self.hypothesis_conllu(token_ids, sent_id)
+
+    def _hypothesis_tokens(self, token_ids: torch.Tensor) -> List[str]:
         if self.transition_classes is None:
             raise ValueError(f"trees: the target side of {self.cfg.data} has no transitions (make the data-bin with "
                              "fairseq-syntax-preprocess --target-parser SPEC --target-transitions)")
-        tokens = [self.tgt_dict.symbols[i] for i in token_ids.tolist()]
-        root = self.manifest.target_root_label
-        return (transitions_to_tree(tokens, word_initial=self.word_rule, root_label=root),
-                to_conllu(tokens, sent_id=sent_id, word_initial=self.word_rule, root_label=root))
+        return [self.tgt_dict.symbols[i] for i in token_ids.tolist()]
 
     def _write_trees(self, ids: List[int], hypos) -> None:
         """Adds the trees of this batch's hypotheses and rewrites --trees-out, ordered by (sentence id, rank)."""
@@ -335,7 +345,7 @@ class SyntaxTranslationTask(TranslationTask):
             for rank, hypo in enumerate(sentence_hypos[:self._nbest]):
                 name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
                 try:
-                    self._trees[(sentence_id, rank)] = self.hypothesis_tree(hypo["tokens"], name)[1]
+                    self._trees[(sentence_id, rank)] = self.hypothesis_conllu(hypo["tokens"], name)
                 except TransitionError as error:  # cannot happen with the masked generator; reported, not hidden
                     logger.warning("--trees-out: hypothesis %s is not a complete tree (%s); left out", name, error)
         path = self.cfg.trees_out
