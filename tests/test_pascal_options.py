@@ -61,3 +61,51 @@ def test_pascal_presets_and_edge_values_build(pascal_bin):
     variant = pascal_of(build(pascal_bin, "--pascal-parent-only"))
     assert variant.parent_only and variant.combination == "multiply"
     assert not tiny.parent_only and tiny.combination == "multiply"
+
+
+# Table 7 of the paper (appendix A), copied from the paper: corpus -> (h_P, q, beta_2); dropout 0.3 and 20K updates
+# on the small corpora (NC11, WMT18 En-Tr), Transformer base's 0.1 and 100K updates on the others
+TABLE_7 = {
+    "nc11_en_de": (2, 0.4, 0.997, 0.3, 20_000),
+    "nc11_de_en": (8, 0.0, 0.997, 0.3, 20_000),
+    "wmt18_en_tr": (7, 0.3, 0.980, 0.3, 20_000),
+    "wmt16_en_de": (5, 0.0, 0.980, 0.1, 100_000),
+    "wmt17_en_de": (7, 0.3, 0.997, 0.1, 100_000),
+    "wat_en_ja": (7, 0.0, 0.997, 0.1, 100_000),
+}
+
+
+@pytest.mark.parametrize("corpus", sorted(TABLE_7))
+def test_the_papers_table_7_settings_parse_and_build(pascal_bin, corpus):
+    """Each corpus's preset and training options go through fairseq's own parsing and give the paper's model:
+    Transformer base (6 + 6 layers, 512, FFN 2048, 8 heads), PASCAL on h_P heads of layer 0 with q, sigma^2 = 1."""
+    from fairseq import options
+
+    from fairseq_syntax.models.pascal_presets import PAPER_GENERATION_OPTIONS, paper_training_options
+
+    heads, q, beta2, dropout, updates = TABLE_7[corpus]
+    training = paper_training_options(corpus)
+    args = options.parse_args_and_arch(options.get_training_parser(),
+                                       [str(pascal_bin), "-s", "en", "-t", "de", *training])
+    assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
+            args.encoder_attention_heads) == (6, 6, 512, 2048, 8)
+    assert (args.pascal_heads, args.parent_ignoring, args.dropout) == (heads, q, dropout)
+    assert eval(args.adam_betas) == (0.9, beta2) and args.lr == [7e-4] and args.warmup_updates == 8000
+    assert args.max_tokens * args.update_freq[0] == 32_768 and args.max_update == updates
+    assert args.label_smoothing == 0.1
+    assert PAPER_GENERATION_OPTIONS == ["--beam", "4", "--lenpen", "0.6"]
+    if corpus == "nc11_en_de":  # one full build (a base-size model): the mechanism sees the preset's values
+        pascal = pascal_of(build(pascal_bin, "--arch", f"transformer_pascal_{corpus}"))
+        assert (pascal.num_pascal_heads, pascal.variance, pascal.parent_ignoring) == (heads, 1.0, q)
+
+
+def test_table_7_options_refuse_an_unknown_corpus_or_gpu_count():
+    from fairseq_syntax.models.pascal_presets import paper_training_options
+
+    with pytest.raises(ValueError, match="no Table 7 setting 'nc12'"):
+        paper_training_options("nc12")
+    assert "--update-freq" in paper_training_options("nc11_en_de", gpus=4)
+    assert paper_training_options("nc11_en_de", gpus=4)[paper_training_options("nc11_en_de", gpus=4).index(
+        "--update-freq") + 1] == "2"
+    with pytest.raises(ValueError, match="--gpus 3"):
+        paper_training_options("nc11_en_de", gpus=3)

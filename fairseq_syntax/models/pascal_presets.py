@@ -1,11 +1,21 @@
-"""Architecture presets of the PASCAL family (Bugliarello & Okazaki, 2020)."""
+"""Architecture presets of the PASCAL family (Bugliarello & Okazaki, 2020), and the paper's per-corpus settings
+(appendix A, Table 7) as presets plus the training options that go with them.
+
+Table 7 gives, per corpus, the number of PASCAL heads h_P, the parent ignoring probability q and Adam's beta_2
+(lr 7e-4 everywhere); the text beside it: Transformer base, PASCAL in the first layer, sigma^2 = 1, Vaswani et al.'s
+schedule with 8,000 warm-up steps, label smoothing 0.1, batches of 32K tokens, 20K updates and dropout 0.3 on the
+small corpora (NC11, WMT18 En-Tr), 100K updates (dropout 0.1, Transformer base's) on the large ones, beam 4 with
+length penalty 0.6. An architecture preset can only hold the model's part (`transformer_pascal_<corpus>`: h_P, q,
+dropout); `paper_training_options(corpus)` gives the fairseq-train options of the rest, PAPER_GENERATION_OPTIONS
+those of fairseq-generate (README, "PASCAL")."""
+from dataclasses import dataclass
+from typing import List
+
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de
 
-from .syntax_transformer import syntax_defaults
-
-
 from .sizes import MULTI30K, TINY, set_default as _set_default, set_sizes as _set_sizes
+from .syntax_transformer import syntax_defaults
 
 
 @register_model_architecture("syntax_transformer", "syntax_transformer")
@@ -46,3 +56,72 @@ def transformer_pascal_tiny(args):
     _set_sizes(args, **TINY)
     _set_default(args, "pascal_heads", 2)
     transformer_pascal(args)
+
+
+# ---- the paper's settings (Table 7) ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PaperSetting:
+    """One column of Table 7 and the training text beside it (appendix A)."""
+    pascal_heads: int  # h_P, of the layer's 8
+    parent_ignoring: float  # q
+    adam_beta2: float
+    small_data: bool  # 20K updates and dropout 0.3 ("on small-scale data"), else 100K updates and dropout 0.1
+
+    @property
+    def dropout(self) -> float:
+        return 0.3 if self.small_data else 0.1
+
+    @property
+    def max_update(self) -> int:
+        return 20_000 if self.small_data else 100_000
+
+
+PAPER_SETTINGS = {
+    "nc11_en_de": PaperSetting(2, 0.4, 0.997, small_data=True),
+    "nc11_de_en": PaperSetting(8, 0.0, 0.997, small_data=True),
+    "wmt18_en_tr": PaperSetting(7, 0.3, 0.980, small_data=True),
+    "wmt16_en_de": PaperSetting(5, 0.0, 0.980, small_data=False),
+    "wmt17_en_de": PaperSetting(7, 0.3, 0.997, small_data=False),
+    "wat_en_ja": PaperSetting(7, 0.0, 0.997, small_data=False),
+}
+PAPER_LR = 7e-4
+PAPER_WARMUP = 8_000
+PAPER_BATCH_TOKENS = 32_768  # "a batch size of 32K tokens", over the paper's 16 GPUs
+
+
+def _paper_preset(setting: PaperSetting):
+    def preset(args):
+        _set_default(args, "pascal_heads", setting.pascal_heads)
+        _set_default(args, "parent_ignoring", setting.parent_ignoring)
+        _set_default(args, "dropout", setting.dropout)
+        transformer_pascal(args)
+    return preset
+
+
+for _corpus, _setting in PAPER_SETTINGS.items():
+    _preset = _paper_preset(_setting)
+    _preset.__doc__ = (f"Table 7, {_corpus}: Transformer base, PASCAL on {_setting.pascal_heads} of the 8 heads of "
+                       f"encoder layer 0, sigma^2 = 1, q = {_setting.parent_ignoring}, dropout {_setting.dropout}.")
+    register_model_architecture("syntax_transformer", f"transformer_pascal_{_corpus}")(_preset)
+
+
+def paper_training_options(corpus: str, gpus: int = 1) -> List[str]:
+    """fairseq-train options (after the data-bin and --user-dir) of Table 7's `corpus` on `gpus` GPUs: the preset,
+    Adam (0.9, beta_2), lr 7e-4 with 8,000 inverse-square-root warm-up steps, label smoothing 0.1, the 32K-token
+    batch as --max-tokens 4096 times --update-freq, and the paper's number of updates."""
+    if corpus not in PAPER_SETTINGS:
+        raise ValueError(f"no Table 7 setting {corpus!r}: one of {', '.join(PAPER_SETTINGS)}")
+    if gpus < 1 or PAPER_BATCH_TOKENS % (4096 * gpus):
+        raise ValueError(f"--gpus {gpus}: the 32K-token batch is 8 x 4096 tokens, so 1, 2, 4 or 8 GPUs")
+    setting = PAPER_SETTINGS[corpus]
+    return ["--task", "syntax_translation", "--arch", f"transformer_pascal_{corpus}",
+            "--optimizer", "adam", "--adam-betas", f"(0.9, {setting.adam_beta2})", "--lr", str(PAPER_LR),
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(PAPER_WARMUP), "--warmup-init-lr", "1e-07",
+            "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--max-tokens", "4096", "--update-freq", str(PAPER_BATCH_TOKENS // (4096 * gpus)),
+            "--max-update", str(setting.max_update)]
+
+
+PAPER_GENERATION_OPTIONS = ["--beam", "4", "--lenpen", "0.6"]
+
