@@ -422,3 +422,30 @@ def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
     comparison.train_and_translate(data_bin, tmp_path / "bin", "pascal", 1)
     assert calls == [True, False] and (fresh / "train.log").read_text() == "segment 2\n"
     assert "resumed" not in comparison.runs["en-de.spacy/pascal/seed1"]
+
+
+def test_ldd_profile_trains_ldd_as_the_papers_preset(tmp_path):
+    """The ldd-multi30k profile's LDD and UDP rows get, through fairseq's own parsing, the model of the preset that
+    is the paper's setting (transformer_ldd_paper_multi30k): every architecture option equal."""
+    import fairseq_syntax  # noqa: F401  (registers the models)
+    from fairseq import options
+
+    profile = load_profile("ldd-multi30k", list(MULTI30K_SYSTEMS))
+    settings = compare.Settings(tmp_path)
+
+    def model_args(argv):
+        args = options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv])
+        return {key: value for key, value in vars(args).items()
+                if key.startswith(("encoder_", "decoder_", "ldd_", "dropout", "attention_", "activation_"))}
+
+    preset = model_args([tmp_path, "--task", "syntax_translation", "-s", "en", "-t", "de", "--arch",
+                         "transformer_ldd_paper_multi30k"])
+    assert (preset["encoder_layers"], preset["encoder_embed_dim"], preset["encoder_ffn_embed_dim"],
+            preset["encoder_attention_heads"], preset["dropout"], preset["ldd_layer_heads"]) == (4, 512, 2048, 8, 0.1,
+                                                                                                   16)
+    for system in ("ldd", "udp"):
+        command = compare.train_command(profile, settings, tmp_path, "en", "de", system, 1, tmp_path / "ckpt")
+        profile_args = model_args(command[1:])
+        differing = {key: (profile_args.get(key), value) for key, value in preset.items()
+                     if profile_args.get(key) != value and not (system == "udp" and key == "ldd_variant")}
+        assert not differing, (system, differing)

@@ -4,6 +4,7 @@ the challenge-set reader on the real files, UAS/LAS, the plots and the errors.""
 import gzip
 import json
 import os
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from fairseq_syntax.evaluation import challenge_sets, metrics, plots
 from fairseq_syntax.evaluation.cli import cli_main, main
 from fairseq_syntax.evaluation.metrics import EvaluationError
+from fairseq_syntax.evaluation.scoring import evaluate_systems, markdown_report
 from fairseq_syntax.evaluation.system_outputs import PieceDecoder, read_system
 
 REFERENCES = [
@@ -123,6 +125,21 @@ def test_cli_scores_equal_sacrebleu_and_nltk(files, tmp_path):
     assert f"{results['systems']['good']['bleu']['score']:.2f}" in markdown
     assert_png(out / "bleu_ci.png")
     assert_png(out / "bleu_by_length.png")
+
+
+def test_bleu_1_is_clipped_unigram_precision_times_the_brevity_penalty():
+    """The LDD paper's BLEU-1, counted by hand: sentence 1 matches its 5 words (ref 6 words), sentence 2 "the the the"
+    against "the cat" matches one "the" (clipped): 6 of 8 hypothesis words, 8 reference words, so BP 1 -> 75.0; the
+    first sentence alone: 5/5 times exp(1 - 6/5)."""
+    from fairseq_syntax.evaluation.metrics import corpus_score
+
+    hypotheses, references = ["the cat sat on mat", "the the the"], ["the cat sat on the mat", "the cat"]
+    assert corpus_score(hypotheses, references, "bleu-1")["score"] == pytest.approx(75.0, abs=1e-9)
+    one = corpus_score(hypotheses[:1], references[:1], "bleu-1")
+    assert one["score"] == pytest.approx(100 * math.exp(1 - 6 / 5), abs=1e-9) and one["signature"].endswith("|ngram:1")
+    results = evaluate_systems({"a": hypotheses}, [references], bootstrap_samples=0)
+    assert results["systems"]["a"]["bleu-1"]["score"] == pytest.approx(75.0, abs=1e-9)
+    assert "| BLEU-1 |" in markdown_report(results) and "75.00" in markdown_report(results)
 
 
 def test_multiple_references_and_ribes_options():

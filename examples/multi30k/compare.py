@@ -350,7 +350,7 @@ class Comparison:
         scores = evaluate_systems({system: hypotheses}, [references], bootstrap_samples=0)["systems"][system]
         test = {"split": "test", "sentences": len(references),
                 **{key: {"score": scores[key]["score"], "signature": scores[key]["signature"]}
-                   for key in ("bleu", "chrf++", "ter")},
+                   for key in ("bleu", "chrf++", "ter", "bleu-1")},
                 "ribes": {"score": scores["ribes"]["score"]}}
         if generates_trees(system):
             trees, parsed = self.tree_files(data_bin.name, system, seed)
@@ -559,7 +559,7 @@ def results_table(comparison: Comparison, results: Dict[str, dict], systems: Lis
     """One row per data-bin and system: mean +- sd over seeds, each seed's BLEU with its bootstrap interval, the
     significance test against the baseline, and the updates at the kept checkpoint."""
     table = ["| data-bin | system | parameters | seeds | BLEU mean ± sd | p (test) | BLEU per seed (95% CI) | "
-             "chrF++ | TER | RIBES | kept checkpoint (update) |", "|---" * 11 + "|"]
+             "chrF++ | TER | RIBES | BLEU-1 | kept checkpoint (update) |", "|---" * 12 + "|"]
     for name, result in results.items():
         for system in systems:
             entry = result["summary"][system]
@@ -581,7 +581,8 @@ def results_table(comparison: Comparison, results: Dict[str, dict], systems: Lis
                             training_facts(comparison.run_dir(name, system, seed) / "train.log")[1])
             table.append(f"| {name} | {system} | {parameters} | {len(entry['seeds'])} | "
                          f"{mean_sd_text(entry['bleu'])} | {test} | {runs} | {mean_sd_text(entry['chrf++'])} | "
-                         f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | {', '.join(kept)} |")
+                         f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
+                         f"{mean_sd_text(entry['bleu-1'])} | {', '.join(kept)} |")
     return table
 
 

@@ -181,8 +181,8 @@ def number_text(value, digits=0) -> str:
 
 def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str]) -> List[str]:
     rows = ["| system | seeds | parameters | BLEU mean ± sd | p (Welch, vs vanilla) | BLEU per seed (95% CI; p, "
-            "paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | kept update per seed | "
-            "train target tokens/s |", "|---" * 11 + "|"]
+            "paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | BLEU-1 | kept update per seed | "
+            "train target tokens/s |", "|---" * 12 + "|"]
     for system in order:
         entry, by_seed = summary[system], systems[system]
         runs = []
@@ -202,6 +202,7 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
                     f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
                     f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {mean_sd_text(entry['chrf++'])} | "
                     f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
+                    f"{mean_sd_text(entry['bleu-1'])} | "
                     f"{', '.join(number_text(t.get('kept_update')) for t in training)} | "
                     f"{number_text(mean(speeds)) if speeds else '?'} |")
     return rows

@@ -22,6 +22,7 @@ References = Union[Sequence[str], Sequence[Sequence[str]]]
 
 # metric key in our results -> how to build the sacrebleu metric
 METRIC_KEYS = ("bleu", "chrf++", "ter")
+EXTRA_METRIC_KEYS = ("bleu-1",)  # on request (corpus_score), not in every report
 DEFAULT_LENGTH_EDGES = (10, 20, 30, 40, 50)
 DEFAULT_BOOTSTRAP_SAMPLES = 1000
 
@@ -52,11 +53,13 @@ def make_metric(key: str, tokenize: str = "13a"):
     ja-mecab, ko-mecab, char, none, flores101/200, spm); chrF++ and TER use their own defaults."""
     if key == "bleu":
         return BLEU(tokenize=tokenize)
+    if key == "bleu-1":  # unigram precision times the brevity penalty (the LDD paper's BLEU-1)
+        return BLEU(tokenize=tokenize, max_ngram_order=1)
     if key == "chrf++":
         return CHRF(word_order=2)
     if key == "ter":
         return TER()
-    raise EvaluationError(f"unknown metric {key!r}; use one of {', '.join(METRIC_KEYS)}")
+    raise EvaluationError(f"unknown metric {key!r}; use one of {', '.join(METRIC_KEYS + EXTRA_METRIC_KEYS)}")
 
 
 def corpus_score(hypotheses: Sequence[str], references: References, key: str = "bleu",
@@ -65,7 +68,8 @@ def corpus_score(hypotheses: Sequence[str], references: References, key: str = "
     streams = check_counts(hypotheses, references)
     metric = make_metric(key, tokenize)
     score = metric.corpus_score(list(hypotheses), streams)
-    return {"name": score.name, "score": float(score.score), "signature": str(metric.get_signature()),
+    signature = str(metric.get_signature()) + ("|ngram:1" if key == "bleu-1" else "")  # sacrebleu's omits it
+    return {"name": score.name, "score": float(score.score), "signature": signature,
             "text": str(score)}
 
 
@@ -273,7 +277,7 @@ def tree_attachment_scores(gold_trees, pred_trees, **kwargs) -> Dict[str, float]
                              **kwargs)
 
 
-__all__ = ["EvaluationError", "METRIC_KEYS", "DEFAULT_LENGTH_EDGES", "reference_streams", "check_counts",
-           "make_metric", "corpus_score", "corpus_scores", "corpus_ribes", "ribes_tokenizer", "length_bucket_labels",
-           "length_bucket_index", "source_word_count", "bleu_by_length", "paired_bootstrap", "attachment_scores",
-           "tree_attachment_scores"]
+__all__ = ["EvaluationError", "METRIC_KEYS", "EXTRA_METRIC_KEYS", "DEFAULT_LENGTH_EDGES", "reference_streams",
+           "check_counts", "make_metric", "corpus_score", "corpus_scores", "corpus_ribes", "ribes_tokenizer",
+           "length_bucket_labels", "length_bucket_index", "source_word_count", "bleu_by_length", "paired_bootstrap",
+           "attachment_scores", "tree_attachment_scores"]

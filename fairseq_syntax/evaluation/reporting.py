@@ -2,7 +2,7 @@
 Markdown tables, and the plots module (imported only when a figure is drawn)."""
 from typing import Optional
 
-METRIC_TITLES = {"bleu": "BLEU", "chrf++": "chrF++", "ter": "TER", "ribes": "RIBES"}
+METRIC_TITLES = {"bleu": "BLEU", "chrf++": "chrF++", "ter": "TER", "ribes": "RIBES", "bleu-1": "BLEU-1"}
 
 
 def plots():

@@ -32,6 +32,7 @@ def evaluate_systems(systems: Dict[str, List[str]], references: List[List[str]],
     for name, hypotheses in systems.items():
         scores = metrics.corpus_scores(hypotheses, references, tokenize=tokenize)
         scores["ribes"] = metrics.corpus_ribes(hypotheses, references, tokenize=ribes_tokenize)
+        scores["bleu-1"] = metrics.corpus_score(hypotheses, references, "bleu-1", tokenize)
         if sources is not None:
             scores["length_buckets"] = metrics.bleu_by_length(hypotheses, references, sources, length_edges, tokenize)
         results["systems"][name] = scores
@@ -50,7 +51,7 @@ def markdown_report(results: Dict[str, object], title: str = "Evaluation") -> st
     if results.get("sources_from"):
         lines.append(f"Source lengths from {results['sources_from']}.")
     lines.append("")
-    header = ["System", "BLEU", "chrF++", "TER", "RIBES"]
+    header = ["System", "BLEU", "chrF++", "TER", "RIBES", "BLEU-1"]
     if bootstrap:
         header += ["BLEU mean ± 95% CI", "chrF++ mean ± 95% CI", "TER mean ± 95% CI"]
         if baseline:
@@ -58,7 +59,7 @@ def markdown_report(results: Dict[str, object], title: str = "Evaluation") -> st
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, scores in systems.items():
         row = [f"{name} (baseline)" if name == baseline else name] + \
-              [fmt(scores[k]["score"]) for k in ("bleu", "chrf++", "ter", "ribes")]
+              [fmt(scores[k]["score"]) if k in scores else "?" for k in ("bleu", "chrf++", "ter", "ribes", "bleu-1")]
         if bootstrap:
             entry = bootstrap["systems"][name]
             row += [f"{fmt(entry[k]['mean'])} ± {fmt(entry[k]['ci'])}" for k in METRIC_KEYS]
@@ -70,8 +71,9 @@ def markdown_report(results: Dict[str, object], title: str = "Evaluation") -> st
                       f"resamples, seed {bootstrap['seed']}); * p < 0.05."]
     first = next(iter(systems.values()))
     lines += ["", "Signatures:", ""]
-    for key in ("bleu", "chrf++", "ter", "ribes"):
-        lines.append(f"- {METRIC_TITLES[key]}: `{first[key]['signature']}`")
+    for key in ("bleu", "chrf++", "ter", "ribes", "bleu-1"):
+        if key in first:
+            lines.append(f"- {METRIC_TITLES[key]}: `{first[key]['signature']}`")
     if bootstrap:
         for key, signature in bootstrap["signatures"].items():
             lines.append(f"- {METRIC_TITLES[key]} bootstrap: `{signature}`")

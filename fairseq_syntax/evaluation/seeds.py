@@ -10,7 +10,7 @@ from typing import Dict, Mapping, Optional
 
 from scipy import stats
 
-METRICS = ("bleu", "chrf++", "ter", "ribes")
+METRICS = ("bleu", "chrf++", "ter", "ribes", "bleu-1")
 
 
 def summarize_seeds(per_seed: Mapping[int, Mapping], baseline: Optional[str]) -> Dict[str, Dict]:

@@ -5,6 +5,9 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 
 MULTI30K = dict(layers=3, embed_dim=256, ffn_embed_dim=1024, heads=4, dropout=0.3)
 TINY = dict(layers=2, embed_dim=64, ffn_embed_dim=128, heads=4, dropout=0.1)
+# Liu & Sima'an's own Multi30k setting (LDD paper, "Hyperparameters"): 4+4 layers, 512, FFN 2048, 8 heads, dropout
+# 0.1; the ldd-multi30k comparison profile trains every system at these sizes
+LDD_PAPER_MULTI30K = dict(layers=4, embed_dim=512, ffn_embed_dim=2048, heads=8, dropout=0.1)
 
 
 def set_default(args, name, value):
