@@ -1,0 +1,149 @@
+"""Every method under the training options that change how a step is computed, in process on the `_tiny` presets:
+the loss and every parameter's gradient of one step, through the task's own criterion (so auxiliary losses count:
+LISA's parent loss, the multi-task model's parse tokens, ...), with the option against without it.
+
+- `--checkpoint-activations` and `--offload-activations` (fairseq's activation checkpointing of each layer: its
+  forward runs again in the backward pass, so anything the layer reads must be a forward argument): equal to float
+  tolerance, RNG-driven regularisers (parent ignoring, edge dropout) included, since fairseq's checkpoint replays
+  the RNG state; on the recurrent models, which have no such option, fairseq's parser refuses it by name.
+- `--update-freq 2` against one batch of the two batches' sentences: fairseq sums the gradients of the two
+  backward passes and normalises by the total sample size once; the equivalent single batch gives the same
+  gradient (token-normalised criterion, dropout off).
+
+Resume, 2-process DDP and --bf16 are in tests/test_training_reliability.py and tests/test_bf16_training.py."""
+import functools
+
+import pytest
+import torch
+from fairseq import options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+import fairseq_syntax  # noqa: F401
+
+from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
+from .test_ldd import ldd_bin  # noqa: F401
+from .test_supar_parser import tiny_model  # noqa: F401
+from .test_training_reliability import METHODS, RANDOMNESS, method_bin, multitask_bin  # noqa: F401
+from .test_transition_decoding import transition_bin  # noqa: F401  (EWT trees as the target: transitions)
+
+SOURCE_METHODS = {"vanilla_syntax": ["--arch", "transformer_pascal_tiny", "--encoder-syntax", "none"],
+                  **{name: args for name, args in METHODS.items() if not name.startswith("lstm_")}}
+RECURRENT = [name for name in METHODS if name.startswith("lstm_")]
+# target-side transitions: Linearized (fairseq's decoder) and Choshen & Abend's decoders
+TRANSITION_METHODS = {
+    "linearized": ["--arch", "transformer_linearized_tiny"],
+    "bitran": ["--arch", "transformer_bitran_tiny"],
+    "parent": ["--arch", "transformer_parent_tiny"],
+    "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
+}
+CRITERION = ["--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+
+
+def setup(destdir, direction, *extra):
+    src, tgt = direction
+    args = options.parse_args_and_arch(options.get_training_parser(),
+                                       [str(destdir), "--task", "syntax_translation", "-s", src, "-t", tgt, *CRITERION,
+                                        *map(str, extra)])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.build_model(cfg.model)  # tells the task which batch features the model reads
+    task.load_dataset("train")  # every data-bin here has one (the multi-task one has no valid split)
+    return task, cfg
+
+
+def step(task, cfg, samples, seed=1):
+    """Loss and gradients of one training step over `samples` (summed, normalised once by their total sample
+    size, as fairseq's trainer does with --update-freq), from the same initial weights every call."""
+    torch.manual_seed(0)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    model.train()
+    torch.manual_seed(seed)  # parent ignoring / edge dropout draw from it; checkpointing must replay the draws
+    total_loss, total_size = 0.0, 0
+    for sample in samples:
+        loss, sample_size, _ = criterion(model, sample)
+        loss.backward()
+        total_loss, total_size = total_loss + float(loss), total_size + sample_size
+    grads = {name: p.grad / total_size for name, p in model.named_parameters() if p.grad is not None}
+    return model, total_loss / total_size, grads
+
+
+def collate(task, indices):
+    dataset = task.dataset("train")
+    return dataset.collater([dataset[i] for i in indices])
+
+
+def assert_same_step(plain, other, what):
+    (_, loss_a, grads_a), (_, loss_b, grads_b) = plain, other
+    assert loss_b == pytest.approx(loss_a, rel=1e-5), what
+    assert grads_a.keys() == grads_b.keys(), what
+    assert grads_a, what
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=f"{what}: {name}")
+
+
+def checkpointed_layers(model):
+    layers = list(model.encoder.layers) + list(getattr(model.decoder, "layers", []))
+    return sum(isinstance(layer.forward, functools.partial) for layer in layers), len(layers)
+
+
+def check_activation_options(destdir, direction, method_args):
+    task, cfg = setup(destdir, direction, *method_args)
+    batch = [collate(task, range(6))]
+    plain = step(task, cfg, batch)
+    for option in (["--checkpoint-activations"], ["--offload-activations"]):
+        task_c, cfg_c = setup(destdir, direction, *method_args, *option)
+        checkpointed = step(task_c, cfg_c, batch)
+        wrapped, layers = checkpointed_layers(checkpointed[0])
+        assert wrapped == layers, f"{option}: {wrapped} of {layers} layers checkpointed"
+        assert_same_step(plain, checkpointed, " ".join(option))
+
+
+@pytest.mark.parametrize("method", list(SOURCE_METHODS))
+def test_activation_checkpointing_changes_nothing_source_side(data_bin, method, request):  # noqa: F811
+    """Dropout on, and each method's own randomness (parent ignoring, edge dropout) on where it has some."""
+    destdir = data_bin[1] if method == "vanilla_syntax" else method_bin(method, data_bin, request)
+    check_activation_options(destdir, ("en", "de"), [*SOURCE_METHODS[method], *RANDOMNESS.get(method, [])])
+
+
+@pytest.mark.parametrize("method", list(TRANSITION_METHODS))
+def test_activation_checkpointing_changes_nothing_target_side(transition_bin, method):  # noqa: F811
+    check_activation_options(transition_bin[1], ("de", "en"), TRANSITION_METHODS[method])
+
+
+@pytest.mark.parametrize("method", RECURRENT)
+@pytest.mark.parametrize("option", ["--checkpoint-activations", "--offload-activations"])
+def test_recurrent_models_refuse_activation_checkpointing_by_name(data_bin, method, option, capsys):  # noqa: F811
+    with pytest.raises(SystemExit):
+        setup(data_bin[1], ("en", "de"), *METHODS[method], option)
+    assert option in capsys.readouterr().err
+
+
+def check_update_freq(destdir, direction, method_args):
+    task, cfg = setup(destdir, direction, *method_args, "--dropout", "0")
+    # two batches of different lengths: padding differs between the halves and the whole
+    halves = [collate(task, [0, 1, 2]), collate(task, [3, 4, 5, 6])]
+    whole = [collate(task, range(7))]
+    assert_same_step(step(task, cfg, whole), step(task, cfg, halves), "--update-freq 2")
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m not in RANDOMNESS or m == "pascal"])
+def test_two_accumulated_batches_equal_one_batch_source_side(data_bin, method, request):  # noqa: F811
+    """--update-freq 2 against a batch twice the size (no dropout; PASCAL with parent ignoring off)."""
+    extra = ["--parent-ignoring", "0"] if method == "pascal" else []
+    check_update_freq(method_bin(method, data_bin, request), ("en", "de"), [*METHODS[method], *extra])
+
+
+@pytest.mark.parametrize("method", list(TRANSITION_METHODS))
+def test_two_accumulated_batches_equal_one_batch_target_side(transition_bin, method):  # noqa: F811
+    check_update_freq(transition_bin[1], ("de", "en"), TRANSITION_METHODS[method])
+
+
+def test_the_comparison_can_fail(data_bin):  # noqa: F811
+    """The gradient comparison tells apart two steps that differ in the syntax only."""
+    task, cfg = setup(data_bin[1], ("en", "de"), "--arch", "transformer_pascal_tiny", "--dropout", "0")
+    none_task, none_cfg = setup(data_bin[1], ("en", "de"), "--arch", "transformer_pascal_tiny", "--dropout", "0",
+                                "--encoder-syntax", "none")
+    batch = [collate(task, range(6))]
+    with pytest.raises(AssertionError):
+        assert_same_step(step(task, cfg, batch), step(none_task, none_cfg, batch), "syntax off")
