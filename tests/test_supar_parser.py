@@ -115,6 +115,17 @@ def test_evaluate_parser_matches_reported_scores(tiny_model):
     assert (again["UAS"], again["LAS"]) == (scores["dev"]["UAS"], scores["dev"]["LAS"])
 
 
+def test_parser_evaluation_on_gold_words_matches_supar_own_scores(tiny_model, parser):
+    """fairseq_syntax_preprocess.evaluate_parser (the project's scorer, SuparParser.parse_words on the gold
+    syntactic words, punctuation included) gives the figures SuPar's own metric gave after training."""
+    from fairseq_syntax_preprocess.evaluate_parser import evaluate
+
+    scores = json.loads(Path(str(tiny_model["model"]) + ".scores.json").read_text())["test"]
+    ours = evaluate(tiny_model["dir"] / "test.conllu", parser=parser, words="syntactic")
+    assert (ours["UAS"], ours["LAS"], ours["scored_words"]) == (scores["UAS"], scores["LAS"], scores["words"])
+    assert ours["failed_sentences"] == 0 and ours["las_comparable"]
+
+
 def test_parses_raw_sentences(parser):
     results = list(parser.parse(SENTENCES))
     assert len(results) == len(SENTENCES)
