@@ -234,7 +234,7 @@ def test_mask_is_applied_to_every_beam_at_every_step(transition_bin, monkeypatch
         searching.append(True)
         lprobs, attn = original(tokens, *args, **kwargs)
         searching.pop()
-        records.append((tokens.clone(), lprobs.clone(), ensemble.max_len))
+        records.append((tokens.clone(), lprobs.clone(), ensemble.window.max_len(args[0][0]["encoder_out"][0].size(0))))
         return lprobs, attn
 
     ensemble.forward_decoder = recording
@@ -415,7 +415,7 @@ def test_an_empty_length_window_is_refused_and_incomplete_hypotheses_are_counted
     broken = {"tokens": torch.tensor([dictionary.index("RIGHT-ARC:det"), dictionary.eos()]),
               "score": torch.tensor(-1.0)}
     with caplog.at_level("WARNING"):
-        generator.report_incomplete([[hypos[0][0], broken]])
+        generator.report_incomplete([[hypos[0][0], broken]], 30)
     assert broken["score"].item() == -math.inf and np.isfinite(hypos[0][0]["score"].item())
     assert "1 of 2 hypotheses of this batch are not whole trees" in caplog.text
     assert f"(1 of {2 * len(sample['id']) + 2} so far)" in caplog.text

@@ -19,6 +19,7 @@ score -inf and counted in the generation log, never dropped silently.
 """
 import logging
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -75,6 +76,28 @@ def transition_penalty(scan: TransitionScan, token_class: Tensor, remaining: Opt
     return per_class.index_select(1, token_class)
 
 
+@dataclass(frozen=True)
+class LengthWindow:
+    """fairseq's length options as SequenceGenerator._generate applies them: a batch whose sources have `T` columns
+    may generate max_len(T) = min(int(a T + b), cap) tokens before EOS is forced, and EOS waits for min_len."""
+    max_len_a: float = 0.0
+    max_len_b: Optional[int] = None  # None: no limit
+    cap: Optional[int] = None
+    min_len: int = 0
+
+    def max_len(self, source_length: int) -> Optional[int]:
+        if self.max_len_b is None:
+            return None
+        limit = int(self.max_len_a * source_length + self.max_len_b)
+        return limit if self.cap is None else min(limit, self.cap)
+
+
+def source_length(encoder_out) -> int:
+    """The source columns T of a batch from an encoder's output (fairseq's dict: encoder_out[0] is T x B x C), the
+    src_tokens.size(1) that fairseq's max_len is computed from."""
+    return encoder_out["encoder_out"][0].size(0)
+
+
 class ConstrainedEnsemble(EnsembleModel):
     """fairseq's EnsembleModel whose next-token log-probabilities are -inf where a constraint forbids the token:
     the one path by which generation restricts the next token. Two kinds: the transition validity masks of a data-bin
@@ -82,14 +105,14 @@ class ConstrainedEnsemble(EnsembleModel):
     (modules/mechanisms.py, `build_token_constraint`: the decoder's `token_constraint`, called with the prefix and
     that model's incremental state; with an ensemble, a token any model forbids is forbidden)."""
 
-    def __init__(self, models, token_class: Optional[Tensor] = None):
+    def __init__(self, models, token_class: Optional[Tensor] = None, window: Optional["LengthWindow"] = None):
         super().__init__(models)
         self.token_class = token_class
         self.continuations = token_class is not None and has_continuations(token_class)
         self.model_constraints = [(index, model.decoder.token_constraint) for index, model in enumerate(models)
                                   if getattr(getattr(model, "decoder", None), "token_constraint", None) is not None]
-        self.max_len: Optional[int] = None  # set by ConstrainedSequenceGenerator for every batch
-        self.min_len = 0
+        # the generator's length options, fixed; each batch's window comes from its source length in forward_decoder
+        self.window = window or LengthWindow()
 
     def prefix_scan(self, tokens: Tensor, incremental_states) -> TransitionScan:
         """The transition state of every row of `tokens` (B, 1 + n), extended from the one kept for its first n - 1
@@ -115,10 +138,11 @@ class ConstrainedEnsemble(EnsembleModel):
         if self.token_class.device != tokens.device:
             self.token_class = self.token_class.to(tokens.device)
         scan = self.prefix_scan(tokens, incremental_states)
+        max_len = self.window.max_len(source_length(encoder_outs[0]))
         # added into the fresh penalty tensor: one (B, V) allocation per step (the bool-mask masked_fill took four
         # times as long, mostly allocating: 18 vs 4.7 ms for 320 rows x 8,104 symbols on one CPU thread)
-        penalty = transition_penalty(scan, self.token_class[:lprobs.size(-1)], _remaining(tokens, self.max_len),
-                                     lprobs.dtype, _minimum(tokens, self.min_len), self.continuations)
+        penalty = transition_penalty(scan, self.token_class[:lprobs.size(-1)], _remaining(tokens, max_len),
+                                     lprobs.dtype, _minimum(tokens, self.window.min_len), self.continuations)
         return penalty.add_(lprobs), attn
 
     def reorder_incremental_state(self, incremental_states, new_order):
@@ -145,6 +169,8 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
             raise ValueError(f"--min-len {kwargs['min_len']} is more than the maximum length --max-len-b "
                              f"{kwargs.get('max_len_b', 200)}: no hypothesis could end")
         super().__init__(ConstrainedEnsemble(models, token_class), tgt_dict, **kwargs)
+        # the length options as fairseq's generator has resolved them (its defaults, max_decoder_positions), once
+        self.model.window = LengthWindow(self.max_len_a, self.max_len_b, self.max_len - 1, self.min_len)
         self.incomplete_hypotheses = 0  # over every batch so far (logged)
         self.hypotheses = 0
 
@@ -154,15 +180,13 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
                                      bos_token=bos_token)
         net_input = sample["net_input"]
         source = net_input["src_tokens"] if "src_tokens" in net_input else net_input["source"]
-        # fairseq's own max_len of this batch (SequenceGenerator._generate; --match-source-len is refused)
-        self.model.max_len = min(int(self.max_len_a * source.size(1) + self.max_len_b), self.max_len - 1)
-        self.model.min_len = self.min_len
-        if self.min_len > self.model.max_len:  # fairseq would stop at a bare assertion
-            raise ValueError(f"--min-len {self.min_len} is more than this batch's maximum length {self.model.max_len} "
+        max_len = self.model.window.max_len(source.size(1))
+        if self.min_len > max_len:  # fairseq would stop at a bare assertion
+            raise ValueError(f"--min-len {self.min_len} is more than this batch's maximum length {max_len} "
                              f"(--max-len-a {self.max_len_a} x {source.size(1)} source tokens + --max-len-b "
                              f"{self.max_len_b}): no hypothesis could end")
         if prefix_tokens is not None:
-            self.check_prefixes(prefix_tokens, sample.get("id"))
+            self.check_prefixes(prefix_tokens, sample.get("id"), max_len)
         if isinstance(self.search, DiverseBeamSearch) and "id" in sample:
             # fairseq's DiverseBeamSearch indexes its table of the batch's sentences (bsz rows) by the ids that
             # _generate takes from sample["id"], the dataset's: out of range after the first batch (IndexError, with
@@ -170,10 +194,10 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
             sample = {key: value for key, value in sample.items() if key != "id"}
         finalized = super()._generate(sample, prefix_tokens=prefix_tokens, constraints=constraints,
                                       bos_token=bos_token)
-        self.report_incomplete(finalized)
+        self.report_incomplete(finalized, max_len)
         return finalized
 
-    def report_incomplete(self, finalized) -> None:
+    def report_incomplete(self, finalized, max_len: int) -> None:
         """Counts the hypotheses that are not whole trees and logs them with the running total; they are kept (score
         -inf), not dropped, so every sentence still has its output lines. The masks plan for the length window and
         an empty window is refused, so none is expected: this is the check that nothing is lost silently if one
@@ -192,13 +216,13 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
         if incomplete:
             self.incomplete_hypotheses += incomplete
             logger.warning(f"{incomplete} of {len(hypos)} hypotheses of this batch are not whole trees (--min-len "
-                           f"{self.min_len}, maximum length {self.model.max_len}); kept with score -inf "
+                           f"{self.min_len}, maximum length {max_len}); kept with score -inf "
                            f"({self.incomplete_hypotheses} of {self.hypotheses} so far)")
             for hypo, ok in zip(hypos, whole.tolist()):
                 if not ok:
                     hypo["score"] = hypo["score"].new_tensor(-math.inf)
 
-    def check_prefixes(self, prefix_tokens: Tensor, ids: Optional[Tensor]) -> None:
+    def check_prefixes(self, prefix_tokens: Tensor, ids: Optional[Tensor], max_len: int) -> None:
         """A forced prefix (--prefix-size) is the state the search starts from: it must be a valid transition
         sequence that can still end as a tree within fairseq's max_len (EOS forced at step max_len); ValueError
         naming the sentence otherwise (fairseq would fail with a bare assertion, or finish an invalid sequence)."""
@@ -214,9 +238,9 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
                              f"sequence: {self.tgt_dict[int(prefix_tokens[row, column])]!r} cannot follow "
                              f"{prefix!r}")
         needed = real.sum(dim=1) + scan.tokens_to_finish()  # tokens with EOS; at most max_len + 1 fit
-        over = (needed > self.model.max_len + 1).nonzero().flatten()
+        over = (needed > max_len + 1).nonzero().flatten()
         if len(over):
             row = int(over[0])
             raise ValueError(f"--prefix-size: the forced prefix of sentence {sentence(row)} ({int(real[row].sum())} "
                              f"tokens) needs {int(needed[row])} tokens to end as a tree, more than the "
-                             f"{self.model.max_len + 1} that fairseq's maximum length allows (--max-len-a/--max-len-b)")
+                             f"{max_len + 1} that fairseq's maximum length allows (--max-len-a/--max-len-b)")
