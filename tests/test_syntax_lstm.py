@@ -1,9 +1,12 @@
-"""The recurrent-NMT rows of Ding & Tao's Table 2 (fairseq_syntax/models/syntax_lstm.py, lstm_presets.py): the
-encoder is fairseq's BiLSTM followed by the GCN / RGSE module called on its outputs with the same arcs, whatever the
-padding and whatever else is in the batch; the syntax changes the output, and the stock 2-layer baseline never sees
-it; every preset trains and generates through fairseq-train / fairseq-generate, and fairseq-interactive translates
-raw text as fairseq-generate translates the data-bin. The in-process comparisons run on the CPU and on CUDA
-(tests/devices.py: the encoder on the device, fairseq's stock encoder and the reference modules on the CPU)."""
+"""The recurrent-NMT rows of Ding & Tao's Table 2 (fairseq_syntax/models/syntax_lstm.py, lstm_presets.py) in the
+LSTM form (--rnn-cell lstm; the GRU form, the presets' default, is tests/test_syntax_gru.py): the encoder is fairseq's
+BiLSTM followed by the GCN / RGSE module called on its outputs with the same arcs, whatever the padding and whatever
+else is in the batch; the syntax changes the output, and the 2-layer baseline (fairseq's stock `lstm`, parameter for
+parameter) never sees it; every preset trains and generates through fairseq-train / fairseq-generate, a checkpoint
+saved before --rnn-cell existed still loads as the LSTM form, and fairseq-interactive translates raw text as
+fairseq-generate translates the data-bin (with the presets' GRU form). The in-process comparisons run on the CPU and
+on CUDA (tests/devices.py: the encoder on the device, fairseq's stock encoder and the reference modules on the
+CPU)."""
 import math
 import re
 from argparse import Namespace
@@ -109,10 +112,11 @@ def module_directly(module, states, syntax, mask):
 
 
 def run(module, tokens, lengths, syntax):
-    """The module's forward on the module's device; its outputs on the CPU."""
+    """The module's forward on the module's device; its outputs on the CPU (the GRU's cell states: None)."""
     device = next(module.parameters()).device
     with torch.no_grad():
-        return tuple(output.cpu() for output in module(*on(device, (tokens, lengths)), **on(device, syntax)))
+        return tuple(None if output is None else output.cpu()
+                     for output in module(*on(device, (tokens, lengths)), **on(device, syntax)))
 
 
 def only(syntax, b, columns):
@@ -237,7 +241,7 @@ def test_with_the_same_seed_everything_but_the_syntax_layer_starts_as_in_the_sto
     for name, model_class, arch in (("stock", LSTMModel, lstm_birnn2_tiny), ("gcn", SyntaxLSTMModel, lstm_gcn_tiny),
                                     ("none", SyntaxLSTMModel, lstm_gcn_tiny)):
         args = Namespace(criterion="cross_entropy", source_label_count=NUM_LABELS, encoder_layers=1,
-                         decoder_layers=1, **({"lstm_syntax": "none"} if name == "none" else {}))
+                         decoder_layers=1, rnn_cell="lstm", **({"lstm_syntax": "none"} if name == "none" else {}))
         arch(args)
         torch.manual_seed(0)
         models[name] = model_class.build_model(args, task)
@@ -264,30 +268,34 @@ def preset(function, **given):
     return args
 
 
-def test_presets():
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_presets(cell):
+    """The sizes in both forms: one decoder layer in the GRU form (the default), as many as the encoder's in the
+    LSTM form (fairseq's lstm model needs them); the 2-layer baseline is the syntax_lstm model with no syntax layer."""
     sizes = lambda a: (a.encoder_embed_dim, a.encoder_hidden_size, a.decoder_hidden_size,  # noqa: E731
                        a.decoder_embed_dim, a.decoder_out_embed_dim, a.encoder_layers, a.decoder_layers, a.dropout)
+    decoder_layers = 1 if cell == "gru" else 2
     for function, expected in ((lstm_gcn, (256, 512, 512, 256, 256, 1, 1, 0.2)),
                                (lstm_gcn_multi30k, (256, 256, 512, 256, 256, 1, 1, 0.3)),
                                (lstm_gcn_tiny, (32, 32, 64, 32, 32, 1, 1, 0.1)),
                                (lstm_rgse, (256, 512, 512, 256, 256, 1, 1, 0.2)),
                                (lstm_rgse_multi30k, (256, 256, 512, 256, 256, 1, 1, 0.3)),
                                (lstm_rgse_tiny, (32, 32, 64, 32, 32, 1, 1, 0.1)),
-                               (lstm_birnn2, (256, 512, 512, 256, 256, 2, 2, 0.2)),
-                               (lstm_birnn2_multi30k, (256, 256, 512, 256, 256, 2, 2, 0.3)),
-                               (lstm_birnn2_tiny, (32, 32, 64, 32, 32, 2, 2, 0.1))):
-        args = preset(function)
+                               (lstm_birnn2, (256, 512, 512, 256, 256, 2, decoder_layers, 0.2)),
+                               (lstm_birnn2_multi30k, (256, 256, 512, 256, 256, 2, decoder_layers, 0.3)),
+                               (lstm_birnn2_tiny, (32, 32, 64, 32, 32, 2, decoder_layers, 0.1))):
+        args = preset(function, **({} if cell == "gru" else {"rnn_cell": "lstm"}))
         assert sizes(args) == expected, function.__name__
-        assert args.encoder_bidirectional is True and args.decoder_attention == "1"
+        assert args.encoder_bidirectional is True and args.decoder_attention == "1" and args.rnn_cell == cell
         name = function.__name__
-        assert ARCH_MODEL_REGISTRY[name] is (LSTMModel if "birnn2" in name else SyntaxLSTMModel)
+        assert ARCH_MODEL_REGISTRY[name] is ARCH_MODEL_REGISTRY["rnn" + name[len("lstm"):]] is SyntaxLSTMModel
         if "gcn" in name:
             assert (args.lstm_syntax, args.encoder_gcn_edge_dropout) == ("gcn", 0.2)
         elif "rgse" in name:
             assert (args.lstm_syntax, args.rgse_variant, args.rgse_integration, args.rgse_residual) == (
                 "rgse", "bi-total", "gated", "gated")
         else:
-            assert not hasattr(args, "lstm_syntax")
+            assert args.lstm_syntax == "none"
     given = preset(lstm_rgse_tiny, rgse_variant="bi-past", encoder_hidden_size=16, dropout=0.0)
     assert (given.rgse_variant, given.encoder_hidden_size, given.dropout, given.encoder_dropout_out) == (
         "bi-past", 16, 0.0, 0.0)
@@ -312,7 +320,7 @@ def build(destdir, *extra):
 
 @pytest.mark.parametrize("arch", ["lstm_gcn_tiny", "lstm_rgse_tiny", "lstm_birnn2_tiny"])
 def test_models_built_by_the_task(lstm_bin, arch, device):
-    task, cfg, model = build(lstm_bin, "--arch", arch)
+    task, cfg, model = build(lstm_bin, "--arch", arch, "--rnn-cell", "lstm")
     labels = len(task.label_dicts["en"])
     assert isinstance(model.decoder, LSTMDecoder) and model.decoder.encoder_output_units == 64
     assert model.encoder.bidirectional and model.encoder.output_units == 64
@@ -320,8 +328,10 @@ def test_models_built_by_the_task(lstm_bin, arch, device):
     dataset = task.dataset("valid")
     sample = dataset.collater([dataset[i] for i in range(6)])
     net_input = on(device, sample["net_input"])
-    if arch == "lstm_birnn2_tiny":  # stock fairseq: no syntax asked for, none in the batches
-        assert type(model) is LSTMModel and type(model.encoder) is LSTMEncoder
+    if arch == "lstm_birnn2_tiny":  # fairseq's stock lstm: no syntax asked for, none in the batches
+        assert type(model) is SyntaxLSTMModel and model.encoder.syntax_layer is None
+        assert {k for k, _ in model.named_parameters()} == {k for k, _ in LSTMModel.build_model(cfg.model, task)
+                                                            .named_parameters()}
         assert model.encoder.num_layers == 2 and model.decoder.num_layers == 2
         assert not getattr(model, "syntax_features", set())
         assert set(net_input) == {"src_tokens", "src_lengths", "prev_output_tokens"}
@@ -350,7 +360,8 @@ def test_models_built_by_the_task(lstm_bin, arch, device):
                                       columns.numel() * torch.ones(1, dtype=torch.long, device=device), **features)[0]
                 torch.testing.assert_close(x[columns, b], alone[:, 0],
                                            **float32_tolerances(device, rtol=1e-5, atol=1e-6))
-    _, _, ablated = build(lstm_bin, "--arch", "lstm_gcn_tiny", "--no-encoder-gcn-labels", "--no-encoder-gcn-gates",
+    _, _, ablated = build(lstm_bin, "--arch", "lstm_gcn_tiny", "--rnn-cell", "lstm", "--no-encoder-gcn-labels",
+                          "--no-encoder-gcn-gates",
                           "--encoder-gcn-edge-dropout", "0.1", "--encoder-hidden-size", "16")
     gcn = ablated.encoder.syntax_layer.gcn
     assert not gcn.labels and not gcn.gates and gcn.edge_dropout == 0.1 and gcn.bias.shape == (3, 32)
@@ -365,13 +376,13 @@ def train(destdir, save_dir, *extra, updates=4):
     return result.stdout + result.stderr
 
 
-RUNS = {
-    "gcn": ["--arch", "lstm_gcn_tiny"],
-    "rgse-bi-total": ["--arch", "lstm_rgse_tiny"],
-    "rgse-forward-sum-normal": ["--arch", "lstm_rgse_tiny", "--rgse-variant", "forward", "--rgse-integration",
-                                "sum", "--rgse-residual", "normal"],
-    "rgse-bi-past": ["--arch", "lstm_rgse_tiny", "--rgse-variant", "bi-past"],
-    "birnn2": ["--arch", "lstm_birnn2_tiny"],
+RUNS = {  # the LSTM form (the GRU form's runs: tests/test_syntax_gru.py)
+    "gcn": ["--arch", "lstm_gcn_tiny", "--rnn-cell", "lstm"],
+    "rgse-bi-total": ["--arch", "lstm_rgse_tiny", "--rnn-cell", "lstm"],
+    "rgse-forward-sum-normal": ["--arch", "rnn_rgse_tiny", "--rnn-cell", "lstm", "--rgse-variant", "forward",
+                                "--rgse-integration", "sum", "--rgse-residual", "normal"],
+    "rgse-bi-past": ["--arch", "lstm_rgse_tiny", "--rnn-cell", "lstm", "--rgse-variant", "bi-past"],
+    "birnn2": ["--arch", "lstm_birnn2_tiny", "--rnn-cell", "lstm"],
 }
 
 
@@ -383,9 +394,11 @@ def test_trains_and_generates(lstm_bin, tmp_path, name):
     state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
     args, weights = state["cfg"]["model"], state["model"]
     assert args.encoder_bidirectional
+    assert args.rnn_cell == "lstm" and not any(".gru." in k for k in weights)
     if name == "birnn2":
-        assert args.arch == "lstm_birnn2_tiny" and ARCH_MODEL_REGISTRY[args.arch] is LSTMModel
+        assert args.arch == "lstm_birnn2_tiny" and ARCH_MODEL_REGISTRY[args.arch] is SyntaxLSTMModel
         assert "encoder.lstm.weight_ih_l1_reverse" in weights and not any("syntax" in k for k in weights)
+        assert "decoder.layers.1.weight_hh" in weights
     else:
         assert ARCH_MODEL_REGISTRY[args.arch] is SyntaxLSTMModel and args.source_label_count > 0
         assert args.lstm_syntax == name.split("-")[0]
@@ -398,7 +411,18 @@ def test_trains_and_generates(lstm_bin, tmp_path, name):
     generated = run_cli("fairseq-generate", lstm_bin, *COMMON, "--path", tmp_path / "checkpoint_last.pt",
                         "--gen-subset", "valid", "--beam", "2", "--batch-size", "10", "--max-len-a", "0",
                         "--max-len-b", "6")
-    assert len([line for line in generated.stdout.splitlines() if line.startswith("H-")]) == 24
+    hypotheses = sorted(line for line in generated.stdout.splitlines() if line.startswith("H-"))
+    assert len(hypotheses) == 24
+    if name in ("gcn", "birnn2"):  # the checkpoint as saved before --rnn-cell existed: still the LSTM form
+        saved = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+        delattr(saved["cfg"]["model"], "rnn_cell")
+        if name == "birnn2":  # it was fairseq's own `lstm` model, which has no --lstm-syntax
+            delattr(saved["cfg"]["model"], "lstm_syntax")
+        torch.save(saved, tmp_path / "before_rnn_cell.pt")
+        legacy = run_cli("fairseq-generate", lstm_bin, *COMMON, "--path", tmp_path / "before_rnn_cell.pt",
+                         "--gen-subset", "valid", "--beam", "2", "--batch-size", "10", "--max-len-a", "0",
+                         "--max-len-b", "6")
+        assert sorted(line for line in legacy.stdout.splitlines() if line.startswith("H-")) == hypotheses
 
 
 @pytest.fixture(scope="module")

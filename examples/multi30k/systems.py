@@ -35,6 +35,18 @@ MULTI30K_SYSTEMS = {
 }
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "gcn_decoder", "gcn_decoder_unlabeled",
                       "gcn_decoder_ungated")
+# The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
+# (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:
+# compare.py plots every system's encoder self-attention, which a recurrent encoder has none of, and bench.py would
+# hold them to a Transformer's speed; they join once both know about them.
+RECURRENT_SYSTEMS = {
+    "rnn_birnn2": ["--arch", "rnn_birnn2_multi30k"],  # "Bi-RNN (2 layers encoder)", no syntax
+    "rnn_gcn": ["--arch", "rnn_gcn_multi30k"],  # Bi-RNN + GCN (Bastings et al.)
+    "rnn_rgse": ["--arch", "rnn_rgse_multi30k"],  # Bi-RNN + bi-total RGSE, gated integration and residual
+    "rnn_rgse_forward": ["--arch", "rnn_rgse_multi30k", "--rgse-variant", "forward"],
+    "rnn_rgse_bi_past": ["--arch", "rnn_rgse_multi30k", "--rgse-variant", "bi-past"],
+    "rnn_rgse_bi_future": ["--arch", "rnn_rgse_multi30k", "--rgse-variant", "bi-future"],
+}
 
 
 # The encoder layer whose head 0 the comparison plots: 0 (PASCAL's syntax layer), but the top layer (-1) for systems

@@ -1,25 +1,33 @@
 """Architecture presets of the recurrent-NMT rows of Ding & Tao's Table 2 (fairseq_syntax/models/syntax_lstm.py):
-a 1-layer bidirectional LSTM encoder with the syntactic GCN (`lstm_gcn`, "Bi-RNN + GCN", Bastings et al. 2017) or
-RGSE (`lstm_rgse`, "Bi-RNN + <variant> RGSE": --rgse-variant forward | bi-past | bi-future | bi-total, default
-bi-total with gated integration and gated residual, the paper's best), and the paper's syntax-free baseline "Bi-RNN
-(2 layers encoder)" as fairseq's stock `lstm` (`lstm_birnn2`). The encoder is bidirectional in every preset.
+a 1-layer bidirectional encoder with the syntactic GCN (`lstm_gcn`, "Bi-RNN + GCN", Bastings et al. 2017) or RGSE
+(`lstm_rgse`, "Bi-RNN + <variant> RGSE": --rgse-variant forward | bi-past | bi-future | bi-total, default bi-total
+with gated integration and gated residual, the paper's best), and the paper's syntax-free baseline "Bi-RNN (2 layers
+encoder)" (`lstm_birnn2`: --lstm-syntax none, 2 encoder layers). The encoder is bidirectional in every preset.
+
+Form: every preset is the paper's GRU form (--rnn-cell gru: BiGRU encoder, Bahdanau et al.'s GRU decoder with
+additive attention, one decoder layer) unless --rnn-cell lstm asks for fairseq's LSTM form (LSTM encoder, fairseq's
+LSTMDecoder with as many layers as the encoder, since fairseq's lstm model refuses others: `lstm_birnn2` is then 2+2).
+A checkpoint saved before --rnn-cell existed (its config has no rnn_cell) was the LSTM form and loads as one: its
+`lstm_birnn2*` was fairseq's stock `lstm` model, which the LSTM form with no syntax layer is, parameter for
+parameter. Resuming such a run with fairseq-train needs --rnn-cell lstm on its command line.
+
+Names: `rnn_gcn*`, `rnn_rgse*` and `rnn_birnn2*` are the same presets under names that do not say LSTM; the
+`lstm_*` names stay for the checkpoints, scripts and tests that use them.
 
 Sizes (embeddings / hidden units per encoder direction, so h~ has twice that / decoder hidden units):
-  base       256 / 512 (h~ 1024) / 512, dropout 0.2. The RGSE paper trains its recurrent models in Bastings et al.'s
-             setting, whose recurrent sizes are 256-dimensional embeddings and 512 GRU units; here they are LSTM
-             units, 512 in each encoder direction and in the decoder. Dropout 0.2 is this project's choice (the RGSE
-             paper gives none for its recurrent models).
+  base       256 / 512 (h~ 1024) / 512, dropout 0.2: Bastings et al.'s recurrent sizes (256-dimensional embeddings,
+             512 GRU units), the setting the RGSE paper trains its recurrent models in. Dropout 0.2 is this project's
+             choice (the RGSE paper gives none for its recurrent models). The GRU decoder's maxout output has the
+             embedding size (l = 256).
   _multi30k  256 / 256 (h~ 512) / 512, dropout 0.3 (like the other *_multi30k presets), for ~30k sentence pairs
   _tiny      32 / 32 (h~ 64) / 64, dropout 0.1: for tests
 Decoder input and output embeddings have the embedding size (so --share-all-embeddings works with a joint
-dictionary); 1 decoder layer, fairseq's dot-product attention with input feeding.
-
-`lstm_birnn2`: fairseq's `lstm` refuses --encoder-layers != --decoder-layers, so the stock baseline has a 2-layer
-decoder as well as its 2-layer encoder (the paper's baseline differs from its RGSE models in the encoder only, as
-far as it says). Its sizes are those of the syntax presets otherwise.
+dictionary). The _multi30k and _tiny presets take the GRU form too: they are the paper's rows at other sizes, and
+the comparison (examples/multi30k/systems.py) and the tests should run what the paper runs.
 """
 from fairseq.models import register_model_architecture
 from fairseq.models.lstm import base_architecture
+from omegaconf import OmegaConf
 
 from ..modules.graph_convolution import upgrade_option_names
 from .sizes import set_default as _set_default
@@ -30,8 +38,24 @@ MULTI30K = dict(embed_dim=256, hidden_size=256, decoder_hidden_size=512, dropout
 TINY = dict(embed_dim=32, hidden_size=32, decoder_hidden_size=64, dropout=0.1)
 
 
-def set_lstm_sizes(args, embed_dim, hidden_size, decoder_hidden_size, dropout, layers=1):
-    """Defaults for a bidirectional LSTM encoder and its decoder (command-line values win)."""
+def _saved_before_rnn_cell(args) -> bool:
+    """A model config that fairseq made (its `_name` is set: a checkpoint's, or the one fairseq-train builds from the
+    command line after the presets ran) without an rnn_cell key at all: saved before --rnn-cell existed. Command
+    lines always have the key (None when not given)."""
+    has = (lambda name: name in args) if OmegaConf.is_config(args) else (lambda name: hasattr(args, name))
+    return has("_name") and not has("rnn_cell")
+
+
+def set_rnn_cell(args) -> str:
+    """--rnn-cell unless given: gru, but lstm for a checkpoint saved before the option (the form it was)."""
+    _set_default(args, "rnn_cell", "lstm" if _saved_before_rnn_cell(args) else "gru")
+    return args.rnn_cell
+
+
+def set_rnn_sizes(args, embed_dim, hidden_size, decoder_hidden_size, dropout, layers=1):
+    """Defaults for a bidirectional encoder of `layers` layers and its decoder (command-line values win): one
+    decoder layer in the GRU form, `layers` in the LSTM form (fairseq's lstm model needs as many)."""
+    cell = set_rnn_cell(args)
     _set_default(args, "encoder_embed_dim", embed_dim)
     _set_default(args, "encoder_hidden_size", hidden_size)
     _set_default(args, "encoder_layers", layers)
@@ -39,83 +63,84 @@ def set_lstm_sizes(args, embed_dim, hidden_size, decoder_hidden_size, dropout, l
     _set_default(args, "decoder_embed_dim", embed_dim)
     _set_default(args, "decoder_hidden_size", decoder_hidden_size)
     _set_default(args, "decoder_out_embed_dim", embed_dim)
-    _set_default(args, "decoder_layers", layers)
+    _set_default(args, "decoder_layers", 1 if cell == "gru" else layers)
     _set_default(args, "dropout", dropout)
 
 
-def _syntax(args, layer, sizes):
+def _preset(args, layer, sizes, layers=1):
     upgrade_option_names(args)  # a checkpoint of the old option names: its values, not these defaults
     _set_default(args, "lstm_syntax", layer)
     if layer == "gcn":
         _set_default(args, "encoder_gcn_edge_dropout", 0.2)  # Bastings et al.'s edge dropout (the RGSE paper keeps it)
-    else:
+    elif layer == "rgse":
         _set_default(args, "rgse_variant", "bi-total")
         _set_default(args, "rgse_integration", "gated")
         _set_default(args, "rgse_residual", "gated")
-    set_lstm_sizes(args, **sizes)
+    set_rnn_sizes(args, **sizes, layers=layers)
     base_architecture(args)
+
+
+def _register(name, function):
+    """The preset under its `lstm_*` name and its `rnn_*` alias."""
+    register_model_architecture("syntax_lstm", name)(function)
+    register_model_architecture("syntax_lstm", "rnn_" + name[len("lstm_"):])(function)
+    return function
 
 
 # ---- Bi-RNN + GCN ------------------------------------------------------------------------------------------------
 
-@register_model_architecture("syntax_lstm", "lstm_gcn")
 def lstm_gcn(args):
-    """Bi-RNN + GCN: 1-layer BiLSTM (256 / 512 per direction), h~ + GCN(h~), 1-layer decoder of 512."""
-    _syntax(args, "gcn", BASE)
+    """Bi-RNN + GCN: 1-layer BiGRU (256 / 512 per direction), h~ + GCN(h~), GRU decoder of 512."""
+    _preset(args, "gcn", BASE)
 
 
-@register_model_architecture("syntax_lstm", "lstm_gcn_multi30k")
 def lstm_gcn_multi30k(args):
     """Bi-RNN + GCN sized for ~30k sentence pairs: 256 / 256 per direction / decoder 512, dropout 0.3."""
-    _syntax(args, "gcn", MULTI30K)
+    _preset(args, "gcn", MULTI30K)
 
 
-@register_model_architecture("syntax_lstm", "lstm_gcn_tiny")
 def lstm_gcn_tiny(args):
     """For tests: 32 / 32 per direction / decoder 64."""
-    _syntax(args, "gcn", TINY)
+    _preset(args, "gcn", TINY)
 
 
 # ---- Bi-RNN + RGSE -----------------------------------------------------------------------------------------------
 
-@register_model_architecture("syntax_lstm", "lstm_rgse")
 def lstm_rgse(args):
-    """Bi-RNN + RGSE: 1-layer BiLSTM (256 / 512 per direction), RGSE over h~ (1024), 1-layer decoder of 512;
+    """Bi-RNN + RGSE: 1-layer BiGRU (256 / 512 per direction), RGSE over h~ (1024), GRU decoder of 512;
     bi-total, gated integration, gated residual unless --rgse-* say otherwise."""
-    _syntax(args, "rgse", BASE)
+    _preset(args, "rgse", BASE)
 
 
-@register_model_architecture("syntax_lstm", "lstm_rgse_multi30k")
 def lstm_rgse_multi30k(args):
     """Bi-RNN + RGSE sized for ~30k sentence pairs: 256 / 256 per direction / decoder 512, dropout 0.3."""
-    _syntax(args, "rgse", MULTI30K)
+    _preset(args, "rgse", MULTI30K)
 
 
-@register_model_architecture("syntax_lstm", "lstm_rgse_tiny")
 def lstm_rgse_tiny(args):
     """For tests: 32 / 32 per direction / decoder 64."""
-    _syntax(args, "rgse", TINY)
+    _preset(args, "rgse", TINY)
 
 
-# ---- the baseline: Bi-RNN (2 layers encoder), stock fairseq ------------------------------------------------------
+# ---- the baseline: Bi-RNN (2 layers encoder), no syntax ----------------------------------------------------------
 
-@register_model_architecture("lstm", "lstm_birnn2")
 def lstm_birnn2(args):
-    """fairseq's `lstm`: 2-layer BiLSTM encoder (256 / 512 per direction), 2-layer decoder of 512 (fairseq's LSTM
-    model needs as many decoder layers as encoder layers); no syntax."""
-    set_lstm_sizes(args, **BASE, layers=2)
-    base_architecture(args)
+    """Bi-RNN (2 layers encoder): 2-layer BiGRU (256 / 512 per direction), GRU decoder of 512, no syntax layer
+    (LSTM form: fairseq's `lstm`, 2-layer BiLSTM and a 2-layer decoder)."""
+    _preset(args, "none", BASE, layers=2)
 
 
-@register_model_architecture("lstm", "lstm_birnn2_multi30k")
 def lstm_birnn2_multi30k(args):
     """The 2-layer baseline at the _multi30k sizes."""
-    set_lstm_sizes(args, **MULTI30K, layers=2)
-    base_architecture(args)
+    _preset(args, "none", MULTI30K, layers=2)
 
 
-@register_model_architecture("lstm", "lstm_birnn2_tiny")
 def lstm_birnn2_tiny(args):
     """The 2-layer baseline at the _tiny sizes (tests)."""
-    set_lstm_sizes(args, **TINY, layers=2)
-    base_architecture(args)
+    _preset(args, "none", TINY, layers=2)
+
+
+PRESETS = (lstm_gcn, lstm_gcn_multi30k, lstm_gcn_tiny, lstm_rgse, lstm_rgse_multi30k, lstm_rgse_tiny, lstm_birnn2,
+           lstm_birnn2_multi30k, lstm_birnn2_tiny)
+for _function in PRESETS:
+    _register(_function.__name__, _function)

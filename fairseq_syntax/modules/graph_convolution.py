@@ -52,10 +52,10 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.modules import LayerNorm
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .dependency_graph import PieceArcs, piece_arcs
 from .mechanisms import SyntaxMechanism, register_encoder_mechanism
+from .recurrent import padded_rnn
 
 SELF, DOWN, UP = 0, 1, 2
 DIRECTIONS = 3
@@ -225,23 +225,6 @@ class GraphConvolution(nn.Module):
 
 # ---- the bidirectional GRU over padded batches ------------------------------------------------------------------
 
-def bidirectional_rnn(rnn: nn.RNNBase, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-    """Run a (time-first) bidirectional RNN over each sentence's own columns only, whether the batch is padded on
-    the left (fairseq's source side), on the right or not at all: the real columns of every row are moved to the
-    front (a stable sort of the mask), packed with their lengths, and the outputs moved back to their columns;
-    padding columns get 0. x (T, B, C), padding_mask (B, T) True at padding (None: no padding)."""
-    if padding_mask is None:
-        return rnn(x)[0]
-    width = x.size(0)
-    order = torch.argsort(padding_mask.to(torch.uint8), dim=1, stable=True)  # (B, T): real columns first, in order
-    index = order.t().unsqueeze(-1)  # (T, B, 1)
-    front = x.gather(0, index.expand_as(x))
-    lengths = (~padding_mask).sum(dim=1).clamp(min=1).cpu()
-    packed = pack_padded_sequence(front, lengths, enforce_sorted=False)
-    out, _ = pad_packed_sequence(rnn(packed)[0], total_length=width)  # (T, B, C'), zeros past each length
-    return out.new_zeros(out.shape).scatter(0, index.expand_as(out), out)
-
-
 class BidirectionalGRU(nn.Module):
     """A one-layer bidirectional GRU whose output has the input's width (C / 2 per direction)."""
 
@@ -252,7 +235,7 @@ class BidirectionalGRU(nn.Module):
         self.rnn = nn.GRU(embed_dim, embed_dim // 2, bidirectional=True)
 
     def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        return bidirectional_rnn(self.rnn, x, padding_mask)
+        return padded_rnn(self.rnn, x, padding_mask)[0]  # each sentence's own columns, padding 0
 
 
 # ---- the mechanisms ---------------------------------------------------------------------------------------------
