@@ -114,14 +114,14 @@ def arcs_of(arcs: PieceArcs, batch):
 
 # ---- the equations, one node and one neighbour at a time ---------------------------------------------------------
 
-def naive_gcn(gcn: GraphConvolution, x, per_sentence, edge_scale=None):
+def naive_gcn(gcn: GraphConvolution, x, per_sentence, edge_scale=None, project=True):
     """gcn(h, v) = ReLU(sum_{u in N(v)} g_uv (W_dir h_u + b_lab)), g_uv = sigmoid(h_u . w^_dir + b^_lab) (g = 1
     without gates; lab = dir without labels). N(v): v itself, its heads over the arcs (down), its dependents (up).
     edge_scale: {(sentence, source, target, direction): factor} for edge dropout (missing: 1)."""
-    width, batch, dim = x.shape
-    L = gcn.num_labels
+    width, batch, _ = x.shape
+    L, dim = gcn.num_labels, gcn.hidden_dim  # W_dir: C -> k (k = C unless --encoder-gcn-dim), then k -> C
     W = gcn.weight.weight.detach()
-    out = torch.zeros_like(x)
+    out = torch.zeros(width, batch, dim, dtype=x.dtype)
     for b in range(batch):
         for v in range(width):
             neighbours = [(v, SELF, None)]
@@ -142,15 +142,15 @@ def naive_gcn(gcn: GraphConvolution, x, per_sentence, edge_scale=None):
                 scale = 1.0 if direction == SELF or edge_scale is None else edge_scale.get((b, u, v, direction), 1.0)
                 total = total + scale * g * f
             out[v, b] = torch.relu(total)
-    return out
+    return out if gcn.out_proj is None or not project else out @ gcn.out_proj.weight.detach().t()
 
 
 def dense_gcn(gcn: GraphConvolution, x, arcs: PieceArcs):
     """The same layer in dense form: per direction a (B, T, T) matrix of gates, bmm with W_dir h; the biases
     through a (B, T, rows) matrix of the gates of each node's incoming edges per bias row. No edge dropout."""
-    width, batch, dim = x.shape
+    width, batch, _ = x.shape
     h = x.transpose(0, 1)  # (B, T, C)
-    transformed = gcn.weight(h).view(batch, width, 3, dim)
+    transformed = gcn.weight(h).view(batch, width, 3, gcn.hidden_dim)
     edges = directed_edges(arcs, batch)
     sentence, source, target = edges.source % batch, edges.source // batch, edges.target // batch
     rows = gcn.bias_rows(edges)
@@ -171,13 +171,14 @@ def dense_gcn(gcn: GraphConvolution, x, arcs: PieceArcs):
                                         accumulate=True)
         out = out + torch.bmm(adjacency, transformed[:, :, direction])
     per_row = x.new_zeros(batch, width, gcn.num_bias_rows).index_put((sentence, target, rows), gate, accumulate=True)
-    out = out + per_row @ gcn.bias.to(x.dtype)
-    return F.relu(out).transpose(0, 1)
+    out = F.relu(out + per_row @ gcn.bias.to(x.dtype))
+    return (out if gcn.out_proj is None else gcn.out_proj(out)).transpose(0, 1)
 
 
-def random_gcn(labels, gates, edge_dropout=0.0, seed=0, dim=EMBED_DIM):
+def random_gcn(labels, gates, edge_dropout=0.0, seed=0, dim=EMBED_DIM, hidden_dim=None):
     torch.manual_seed(seed)
-    gcn = GraphConvolution(dim, NUM_LABELS, labels=labels, gates=gates, edge_dropout=edge_dropout)
+    gcn = GraphConvolution(dim, NUM_LABELS, labels=labels, gates=gates, edge_dropout=edge_dropout,
+                           hidden_dim=hidden_dim)
     for p in gcn.parameters():
         torch.nn.init.normal_(p, std=0.7)  # biases and gates away from their initial zeros
     return gcn.double().eval()
@@ -205,18 +206,20 @@ def test_piece_arcs_follow_their_documented_rule(left_pad, split_root, device):
 
 @SWITCHES
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_gcn_matches_the_equations_node_by_node(labels, gates, left_pad, device):
+@pytest.mark.parametrize("hidden_dim", [None, 3])  # 3: --encoder-gcn-dim, the width of the paper_params presets
+def test_gcn_matches_the_equations_node_by_node(labels, gates, left_pad, hidden_dim, device):
     sentences = random_sentences(WORDS, seed=1)
     syntax, _ = batch_features(sentences, left_pad, extra_padding=1)
     per_sentence = [rule_arcs(s) for s in sentences]
-    gcn = random_gcn(labels, gates)
+    gcn = random_gcn(labels, gates, hidden_dim=hidden_dim)
     width = syntax["src_word_ids"].size(1)
     x = torch.randn(width, len(sentences), EMBED_DIM, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         got = on(device, gcn)(x.to(device), arcs_on(device, arcs_tensor(per_sentence))).cpu()
         expected = naive_gcn(gcn, x, per_sentence)
         dense = dense_gcn(gcn, x, arcs_tensor(per_sentence))
-    assert (expected > 0).any() and (expected == 0).any()  # both sides of the ReLU are exercised
+    relu = naive_gcn(gcn, x, per_sentence, project=False)
+    assert (relu > 0).any() and (relu == 0).any()  # both sides of the ReLU are exercised
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(dense, expected, rtol=1e-10, atol=1e-12)
 
@@ -466,6 +469,26 @@ def test_presets_put_the_mechanism_in_the_layers(graph_bin, arch):
     assert ablated.encoder.layers[0].syntax_module is None
     gcn = ablated.encoder.layers[1].syntax_module.gcn
     assert not gcn.labels and not gcn.gates and gcn.edge_dropout == 0.1 and gcn.bias.shape == (3, 64)
+
+
+# the RGSE paper's Table 3 (WMT14 En-De, Transformer base 90.2M): + GCN 90.4M, + BiRNN+GCN 91.2M, + RGSE 91.76M
+PAPER_ADDED_PARAMETERS = {"transformer_gcn_paper_params": 0.2e6, "transformer_birnn_gcn_paper_params": 1.0e6,
+                          "transformer_rgse_paper_params": 1.56e6}
+
+
+def test_paper_params_presets_add_what_the_paper_reports(graph_bin):
+    """Each *_paper_params preset adds to a Transformer base of the same vocabulary (the stock syntax_transformer
+    preset) the parameters Table 3 reports, within 10%; the presets at the model's width add far more (so the
+    check can fail)."""
+    def count(arch, *extra):
+        return sum(p.numel() for p in build(graph_bin, "--arch", arch, *extra)[1].parameters())
+
+    base = count("syntax_transformer")
+    for arch, paper in PAPER_ADDED_PARAMETERS.items():
+        added = count(arch) - base
+        assert abs(added - paper) <= 0.1 * paper, (arch, added, paper)
+        full_width = count(arch.replace("_paper_params", "")) - base
+        assert full_width > 2 * paper, (arch, full_width)
 
 
 @pytest.mark.parametrize("arch", ["transformer_gcn_tiny", "transformer_birnn_gcn_tiny"])

@@ -155,10 +155,10 @@ def naive_rgse(module, x, sentences, variant, integration, residual):
     return out
 
 
-def rgse(variant="bi-total", integration="gated", residual="gated", seed=0, dtype=torch.float64):
+def rgse(variant="bi-total", integration="gated", residual="gated", seed=0, dtype=torch.float64, width=None):
     torch.manual_seed(seed)
     module = RecurrentGraphSyntaxEncoder(Namespace(rgse_variant=variant, rgse_integration=integration,
-                                                   rgse_residual=residual), DIM, 2, 0)
+                                                   rgse_residual=residual, rgse_dim=width), DIM, 2, 0)
     for p in module.parameters():
         torch.nn.init.normal_(p, std=0.5)
     return module.to(dtype).eval()
@@ -167,9 +167,11 @@ def rgse(variant="bi-total", integration="gated", residual="gated", seed=0, dtyp
 CONFIGS = list(itertools.product(VARIANTS, INTEGRATIONS, RESIDUALS))
 
 
-@pytest.mark.parametrize("variant,integration,residual", CONFIGS)
-def test_matches_the_papers_equations_step_by_step(variant, integration, residual, device):
-    module = rgse(variant, integration, residual, seed=len(variant) + len(integration))
+@pytest.mark.parametrize("variant,integration,residual,width",
+                         [(*config, None) for config in CONFIGS] +
+                         [("bi-total", "gated", "gated", 4), ("forward", "sum", "normal", 6)])  # --rgse-dim r
+def test_matches_the_papers_equations_step_by_step(variant, integration, residual, width, device):
+    module = rgse(variant, integration, residual, seed=len(variant) + len(integration), width=width)
     on_device = on(device, module)
     for left_pad in (True, False):
         sentences, syntax, mask, width = random_batch([4, 1, 6], left_pad, seed=7, extra_padding=2)

@@ -98,7 +98,8 @@ class ResidualGraphConvolution(nn.Module):
                              "syntax_translation on a data-bin whose source side was parsed")
         self.gcn = GraphConvolution(embed_dim, num_labels, labels=not option("no_encoder_gcn_labels"),
                                     gates=not option("no_encoder_gcn_gates"),
-                                    edge_dropout=float(option("encoder_gcn_edge_dropout")))
+                                    edge_dropout=float(option("encoder_gcn_edge_dropout")),
+                                    hidden_dim=option("encoder_gcn_dim"))
 
     def forward(self, states: Tensor, syntax: Dict[str, Tensor], padding_mask: Optional[Tensor]) -> Tensor:
         arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"],
@@ -111,6 +112,10 @@ class RGSEOverStates(RecurrentGraphSyntaxEncoder):
     Transformer mechanism runs to make h~ (its two GRUs are not kept: no parameters of them)."""
 
     def __init__(self, args, embed_dim: int):
+        width = getattr(args, "rgse_dim", None)
+        if width is not None and width != embed_dim:  # h~ is given: its width is the encoder's
+            raise ValueError(f"--rgse-dim {width}: over the recurrent encoder, RGSE has the width of its states h~ "
+                             f"({embed_dim}); leave --rgse-dim out")
         super().__init__(args, embed_dim, num_heads=1, layer_index=0)
         del self.context_forward, self.context_backward  # h~ is the recurrent encoder's output
 

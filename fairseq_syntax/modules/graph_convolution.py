@@ -70,6 +70,10 @@ class GraphConvolutionOptions(FairseqDataclass):
         "help": "GCN without labels (-Labels): one bias per edge direction instead of per (direction, label)"})
     no_encoder_gcn_gates: bool = field(default=False, metadata={
         "help": "GCN without edge gates (-Gates): every gate is 1"})
+    encoder_gcn_dim: Optional[int] = field(default=None, metadata={
+        "help": "GCN width k: W_dir map the model's C dims to k, the layer's output is projected back to C (no "
+                "bias); default C, no projection (the *_paper_params presets set it to reach the RGSE paper's "
+                "parameter counts)"})
 
 
 # the encoder GCN's options before the decoder got a GCN of its own (--decoder-gcn-*): read from old checkpoints
@@ -139,17 +143,23 @@ class GraphConvolution(nn.Module):
     """One labeled, directed, gated graph convolution layer (module docstring): (T, B, C) -> (T, B, C)."""
 
     def __init__(self, embed_dim: int, num_labels: int, labels: bool = True, gates: bool = True,
-                 edge_dropout: float = 0.0):
+                 edge_dropout: float = 0.0, hidden_dim: Optional[int] = None):
         super().__init__()
         if not 0.0 <= edge_dropout < 1.0:
             raise ValueError(f"the GCN's edge dropout must be in [0, 1), got {edge_dropout}")
+        if hidden_dim is not None and hidden_dim < 1:
+            raise ValueError(f"the GCN's width must be a positive number of dimensions, got {hidden_dim}")
         self.embed_dim, self.num_labels = embed_dim, num_labels
+        # the convolution's width k (W_dir: C -> k; biases in k) and, when k != C, the projection k -> C after the ReLU
+        self.hidden_dim = hidden_dim or embed_dim
         self.labels, self.gates, self.edge_dropout = labels, gates, edge_dropout
         # rows of the bias tables: 0 self; labeled: 1 + l down, 1 + (L + 1) + l up (l in 0..L, L = SUBWORD);
         # unlabeled: 1 down, 2 up
         self.num_bias_rows = 1 + 2 * (num_labels + 1) if labels else DIRECTIONS
-        self.weight = nn.Linear(embed_dim, DIRECTIONS * embed_dim, bias=False)  # [W_self; W_down; W_up]
-        self.bias = nn.Parameter(torch.zeros(self.num_bias_rows, embed_dim))
+        self.weight = nn.Linear(embed_dim, DIRECTIONS * self.hidden_dim, bias=False)  # [W_self; W_down; W_up]
+        self.bias = nn.Parameter(torch.zeros(self.num_bias_rows, self.hidden_dim))
+        self.out_proj = (nn.Linear(self.hidden_dim, embed_dim, bias=False) if self.hidden_dim != embed_dim
+                         else None)
         if gates:
             self.gate_weight = nn.Parameter(torch.empty(DIRECTIONS, embed_dim))  # w^_self, w^_down, w^_up
             self.gate_bias = nn.Parameter(torch.zeros(self.num_bias_rows))
@@ -159,8 +169,10 @@ class GraphConvolution(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        for block in self.weight.weight.data.split(self.embed_dim):  # W_self, W_down, W_up: each d x d
+        for block in self.weight.weight.data.split(self.hidden_dim):  # W_self, W_down, W_up: each k x C
             nn.init.xavier_uniform_(block)
+        if self.out_proj is not None:
+            nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.bias)
         if self.gates:
             nn.init.normal_(self.gate_weight, std=self.embed_dim ** -0.5)
@@ -203,8 +215,8 @@ class GraphConvolution(nn.Module):
     def forward_edges(self, x: Tensor, edges: DirectedEdges) -> Tensor:
         """The layer over explicit directed edges (no self loops: every node has its own) between the flat nodes
         of x (T, B, C), node = column * B + sentence."""
-        width, batch, dim = x.shape
-        nodes = width * batch
+        width, batch, _ = x.shape
+        nodes, dim = width * batch, self.hidden_dim
         transformed = self.weight(x).view(nodes * DIRECTIONS, dim)  # row n * 3 + d: W_d h_n
         rows = self.bias_rows(edges)
         logits = self.gate_logits(x) if self.gates else None
@@ -219,8 +231,8 @@ class GraphConvolution(nn.Module):
         if self.gates:
             own_gate = torch.sigmoid(logits[:, SELF] + self.gate_bias[SELF].to(logits.dtype))
             own = own * own_gate.to(x.dtype).unsqueeze(-1)
-        out = own.index_add(0, edges.target, messages)
-        return F.relu(out).view(width, batch, dim)
+        out = F.relu(own.index_add(0, edges.target, messages)).view(width, batch, dim)
+        return out if self.out_proj is None else self.out_proj(out)
 
 
 # ---- the bidirectional GRU over padded batches ------------------------------------------------------------------
@@ -248,7 +260,8 @@ def build_graph_convolution(mechanism, args, embed_dim: int) -> GraphConvolution
                          f"syntax_translation on a data-bin whose source side was parsed")
     return GraphConvolution(embed_dim, num_labels, labels=labels,
                             gates=not mechanism.option(args, "no_encoder_gcn_gates"),
-                            edge_dropout=float(mechanism.option(args, "encoder_gcn_edge_dropout")))
+                            edge_dropout=float(mechanism.option(args, "encoder_gcn_edge_dropout")),
+                            hidden_dim=mechanism.option(args, "encoder_gcn_dim"))
 
 
 class _GraphMechanism(SyntaxMechanism):

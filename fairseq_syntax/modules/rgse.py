@@ -92,6 +92,10 @@ class RGSEOptions(FairseqDataclass):
     rgse_residual: ChoiceEnum(RESIDUALS) = field(
         default="gated", metadata={"help": "residual of the RGSE states and the BiGRU states: normal (s + h) or "
                                            "gated (lambda s + (1 - lambda) h; the paper's best)"})
+    rgse_dim: Optional[int] = field(
+        default=None, metadata={"help": "RGSE width r: h~ (r / 2 per BiGRU direction), phi and s have r dims, "
+                                        "the projection maps directions x r back to the model's C; default C (the "
+                                        "*_paper_params presets set it to reach the paper's parameter counts)"})
 
 
 def directions_of(variant: str) -> int:
@@ -167,34 +171,35 @@ class RecurrentGraphSyntaxEncoder(SyntaxMechanism):
     def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
         super().__init__(args, embed_dim, num_heads, layer_index)
         self.check_args(args)
-        if embed_dim % 2:
-            raise ValueError(f"RGSE's BiGRU has embed_dim / 2 units per direction: embed_dim must be even, "
-                             f"got {embed_dim}")
+        width = self.option(args, "rgse_dim") or embed_dim  # r
+        if width < 2 or width % 2:
+            raise ValueError(f"RGSE's BiGRU has r / 2 units per direction: its width r (--rgse-dim, default the "
+                             f"model's {embed_dim}) must be even and positive, got {width}")
         self.variant = str(self.option(args, "rgse_variant"))
         self.integration = str(self.option(args, "rgse_integration"))
         self.residual = str(self.option(args, "rgse_residual"))
-        self.embed_dim = embed_dim
+        self.embed_dim, self.width = embed_dim, width
         self.num_directions = directions_of(self.variant)
-        # h~: the BiGRU the RGSE sits upon (C/2 per direction)
-        self.context_forward = nn.GRU(embed_dim, embed_dim // 2, batch_first=True)
-        self.context_backward = nn.GRU(embed_dim, embed_dim // 2, batch_first=True)
-        # s-> (and s<-): the RGSE nodes, C units each
-        self.graph_forward = nn.GRU(embed_dim, embed_dim, batch_first=True)
-        self.graph_backward = nn.GRU(embed_dim, embed_dim, batch_first=True) if self.num_directions == 2 else None
+        # h~: the BiGRU the RGSE sits upon (r/2 per direction)
+        self.context_forward = nn.GRU(embed_dim, width // 2, batch_first=True)
+        self.context_backward = nn.GRU(embed_dim, width // 2, batch_first=True)
+        # s-> (and s<-): the RGSE nodes, r units each
+        self.graph_forward = nn.GRU(width, width, batch_first=True)
+        self.graph_backward = nn.GRU(width, width, batch_first=True) if self.num_directions == 2 else None
         # gated phi: w . h~_i + b per direction
-        self.edge_gate = nn.Linear(embed_dim, self.num_directions) if self.integration == "gated" else None
+        self.edge_gate = nn.Linear(width, self.num_directions) if self.integration == "gated" else None
         if self.residual == "gated":  # gated tau: lambda_d = sigmoid(omega_d . s_d + psi_d . h~)
-            bound = embed_dim ** -0.5
-            self.residual_omega = nn.Parameter(torch.empty(self.num_directions, embed_dim).uniform_(-bound, bound))
-            self.residual_psi = nn.Parameter(torch.empty(self.num_directions, embed_dim).uniform_(-bound, bound))
-        self.out_proj = nn.Linear(self.num_directions * embed_dim, embed_dim)
+            bound = width ** -0.5
+            self.residual_omega = nn.Parameter(torch.empty(self.num_directions, width).uniform_(-bound, bound))
+            self.residual_psi = nn.Parameter(torch.empty(self.num_directions, width).uniform_(-bound, bound))
+        self.out_proj = nn.Linear(self.num_directions * width, embed_dim)
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
 
     # ---- the stages, batch-first (B, T, C) ----------------------------------------------------------------------
 
     def context(self, x: Tensor, orders: Tuple[Tensor, Tensor]) -> Tensor:
-        """h~ = [h->; h<-], (B, T, C), from the layer input (B, T, C)."""
+        """h~ = [h->; h<-], (B, T, r), from the layer input (B, T, C)."""
         forward, backward = orders
         return torch.cat([run_in_order(self.context_forward, x, forward),
                           run_in_order(self.context_backward, x, backward)], dim=-1)
