@@ -10,6 +10,8 @@ LISA's parent loss, the multi-task model's parse tokens, ...), with the option a
   backward passes and normalises by the total sample size once; the equivalent single batch gives the same
   gradient (token-normalised criterion, dropout off).
 
+- `--eval-bleu` on a transitions data-bin: the constrained search, hypotheses and references scored as text.
+
 Resume, 2-process DDP and --bf16 are in tests/test_training_reliability.py and tests/test_bf16_training.py."""
 import functools
 
@@ -147,3 +149,34 @@ def test_the_comparison_can_fail(data_bin):  # noqa: F811
     batch = [collate(task, range(6))]
     with pytest.raises(AssertionError):
         assert_same_step(step(task, cfg, batch), step(none_task, none_cfg, batch), "syntax off")
+
+
+@pytest.mark.parametrize("method", ["linearized", "parent"])
+def test_valid_bleu_on_a_transitions_data_bin_scores_the_text(transition_bin, method, monkeypatch):  # noqa: F811
+    """--eval-bleu on a --target-transitions data-bin: the validation search is the constrained one (every
+    hypothesis a tree), and hypotheses and references are scored as text, transition tokens left out: each
+    reference decodes to the sentence the data-bin kept (train.en.txt: the split these tests batch from)."""
+    from fairseq_syntax.data.transitions import is_transition_token
+    from fairseq_syntax.tasks.constrained_generation import ConstrainedSequenceGenerator
+
+    destdir = transition_bin[1]
+    task, cfg = setup(destdir, ("de", "en"), *TRANSITION_METHODS[method], "--eval-bleu", "--eval-bleu-args",
+                      '{"beam": 2, "max_len_a": 1.2, "max_len_b": 10}')
+    model = task.build_model(cfg.model)
+    assert isinstance(task.sequence_generator, ConstrainedSequenceGenerator)
+    decoded = []
+    original = task.tokenizer.decode
+    monkeypatch.setattr(task.tokenizer, "decode", lambda text: decoded.append((text, original(text))) or
+                        decoded[-1][1])
+    sample = collate(task, range(4))
+    model.eval()
+    _, _, logging_output = task.valid_step(sample, model, task.build_criterion(cfg.criterion))
+    assert logging_output["_bleu_sys_len"] > 0 and logging_output["_bleu_ref_len"] > 0
+    texts = [text for _, text in decoded]
+    assert len(texts) == 8  # hypothesis, reference per sentence
+    assert any(is_transition_token(token) for raw, _ in decoded for token in raw.split())  # there was something
+    assert not any(is_transition_token(token) for text in texts for token in text.split())
+    kept = (destdir / "train.en.txt").read_text(encoding="utf-8").splitlines()
+    references = texts[1::2]
+    for index, reference in zip(sample["id"].tolist(), references):
+        assert reference == kept[index]
