@@ -9,7 +9,6 @@ LISA's parent loss, the multi-task model's parse tokens, ...), with the option a
 - `--update-freq 2` against one batch of the two batches' sentences: fairseq sums the gradients of the two
   backward passes and normalises by the total sample size once; the equivalent single batch gives the same
   gradient (token-normalised criterion, dropout off).
-
 - `--eval-bleu` on a transitions data-bin: the constrained search, hypotheses and references scored as text.
 
 Resume, 2-process DDP and --bf16 are in tests/test_training_reliability.py and tests/test_bf16_training.py."""
