@@ -304,8 +304,8 @@ def test_gru_form_trains_and_generates(small_spacy_bin, tmp_path, arch):
 def test_rgse_rows_have_the_papers_parameter_counts_at_a_fitted_vocabulary():
     """Table 2 (NC-v11 En-De) gives counts, not vocabularies. With the English vocabulary that gives the forward RGSE
     model the paper's 41.4M (and 8,000 German pieces), every RGSE row of the GRU form is within 10% of the paper's
-    (bench/rnn_param_counts.py --fit forward-rgse). The paper's 2-layer baseline (62.3M, 20.9M above its forward RGSE) cannot be matched by any
-    vocabulary at the same time: not checked."""
+    (bench/rnn_param_counts.py --fit forward-rgse). The paper's 2-layer baseline (62.3M, 20.9M above its forward
+    RGSE) cannot be matched by any vocabulary at the same time: not checked."""
     from argparse import Namespace
 
     from fairseq.data import Dictionary
