@@ -15,9 +15,10 @@ from .helpers import USER_DIR, run_cli
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
 from .test_ldd import ldd_bin  # noqa: F401  (the same lines with LDD channels from a tiny SuPar parser)
 from .test_supar_parser import tiny_model  # noqa: F401
+from .test_transition_decoding import transition_bin  # noqa: F401  (EWT trees as the target: transitions)
 
-COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
-          "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.002",
+COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "--share-all-embeddings",
+          "--optimizer", "adam", "--lr", "0.002",
           "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--cpu", "--seed", "7",
           "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--disable-validation"]
 # every method: PASCAL (parent ignoring in the resume test: random per update), LISA (an auxiliary loss), S&H
@@ -34,6 +35,8 @@ METHODS = {
     "rgse": ["--arch", "transformer_rgse_tiny"],
     "lstm_gcn": ["--arch", "lstm_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],  # recurrent NMT (syntax_lstm)
     "lstm_rgse": ["--arch", "lstm_rgse_tiny"],
+    # target-side transitions (De->En on EWT trees): Linearized, a stock decoder over the transition sequence
+    "linearized": ["--arch", "transformer_linearized_tiny"],
 }
 RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"], "gcn": ["--encoder-gcn-edge-dropout", "0.2"],
               "birnn_gcn": ["--encoder-gcn-edge-dropout", "0.2"], "lstm_gcn": ["--encoder-gcn-edge-dropout", "0.2"]}
@@ -53,6 +56,13 @@ def multitask_bin(data_bin, tmp_path_factory):  # noqa: F811
 
 
 def method_bin(method, data_bin, request):  # noqa: F811
+    """The data-bin `method` trains on and its direction (-s, -t)."""
+    if method == "linearized":
+        return [request.getfixturevalue("transition_bin")[1], "-s", "de", "-t", "en"]
+    return [_source_side_bin(method, data_bin, request), "-s", "en", "-t", "de"]
+
+
+def _source_side_bin(method, data_bin, request):  # noqa: F811
     if method == "ldd":
         return request.getfixturevalue("ldd_bin")[1]
     return request.getfixturevalue("multitask_bin") if method == "multitask" else data_bin[1]
@@ -67,7 +77,7 @@ def losses(result):
 @ARCHS
 def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path, method, request):  # noqa: F811
     """Dropout on (random per update), interrupted mid-epoch after 4 updates."""
-    args = [method_bin(method, data_bin, request), *COMMON, *METHODS[method], *RANDOMNESS.get(method, []),
+    args = [*method_bin(method, data_bin, request), *COMMON, *METHODS[method], *RANDOMNESS.get(method, []),
             "--max-tokens", "600", "--no-epoch-checkpoints"]
     straight = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "a"))
     run_cli("fairseq-train", *args, "--max-update", "4", "--save-dir", tmp_path / "b")
@@ -91,7 +101,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin
     import subprocess
 
     from .helpers import BIN
-    args = [method_bin(method, data_bin, request), *COMMON, *METHODS[method], "--dropout", "0", "--max-tokens",
+    args = [*method_bin(method, data_bin, request), *COMMON, *METHODS[method], "--dropout", "0", "--max-tokens",
             "600", "--max-update", "4", "--no-save"]
     single = losses(run_cli("fairseq-train", *args, "--update-freq", "2"))
     port = free_port()
