@@ -113,8 +113,8 @@ def test_conllu_reader_multiword_empty_nodes_and_broken_trees(tmp_path):
     assert multiword.heads == [2, 0, 4, 2, 2] and multiword.labels == ["nsubj", "root", "case", "obl", "punct"]
     assert multiword.text == "Er geht zum Haus."
     assert f"{path}:19" in str(missing) and "no head" in str(missing)
-    assert f"{path}:23" in str(cycle) and "cyclic" in str(cycle)
-    assert f"{path}:28" in str(roots) and "2 roots" in str(roots)
+    assert f"{path}:23" in str(cycle) and "cycle through word" in str(cycle)
+    assert f"{path}:28" in str(roots) and "exactly one root (head 0); this one has 2" in str(roots)
 
 
 def test_conllu_side_drops_broken_trees_in_step_with_the_other_side(tmp_path):

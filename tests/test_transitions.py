@@ -897,3 +897,27 @@ def test_real_sentencepiece_pieces(tmp_path):
         # the same text, where a run of spaces is one space
         assert tr.sequence_text(marked.tokens) == "".join((" " if s.strip(" ") == "" and len(s) > 1 else s) + w
                                                           for s, w in zip(spaces, words))
+
+
+def test_every_reader_of_single_trees_applies_the_one_check():
+    """Parsed sentences (parsers and CoNLL-U), transition sequences and the multi-task linearisation refuse the same
+    heads with the same reason (data/trees.py): they once had three walks of their own with three wordings, and the
+    parsed sentence's accepted a non-integer head."""
+    from fairseq_syntax.data.multitask import LinearizationError, linearize
+    from fairseq_syntax.data.trees import tree_problem
+    from fairseq_syntax.parsers.base import ParsedSentence, ParseError
+
+    bad = {(0, 0, 1): "exactly one root", (2, 3, 1): "exactly one root", (0, 3, 2): "cycle through word",
+           (0, 5, 1): "outside 0..3", (0, 2, 1): "word 2 is its own head", (0, 1.0, 1): "outside 0..3"}
+    for heads, reason in bad.items():
+        problem = tree_problem(list(heads))
+        assert problem is not None and reason in problem, (heads, problem)
+        with pytest.raises(InvalidTreeError) as transitions_error:
+            tr.check_tree(list(heads))
+        with pytest.raises(ParseError) as parsed_error:
+            ParsedSentence(["a", "b", "c"], ["", " ", " "], list(heads), ["x"] * 3).validate()
+        with pytest.raises(LinearizationError) as linearized_error:
+            linearize([["a"], ["b"], ["c"]], list(heads), ["x"] * 3)
+        for error in (transitions_error, parsed_error, linearized_error):
+            assert problem in str(error.value), (heads, str(error.value))
+    assert tree_problem([0, 1, 1]) is None and tr.check_tree([2, 0, 2]) == 1

@@ -62,6 +62,8 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .trees import tree_problem
+
 TRANSLATE_TAG = "<translate>"
 PARSE_TAG = "<parse>"
 CLOSE = "<)>"
@@ -104,15 +106,9 @@ def _check_tree(words: Sequence[Sequence[str]], heads: Sequence[int], labels: Se
             if is_structure_token(piece) or not piece or any(c.isspace() for c in piece):
                 raise LinearizationError(f"word {w}: piece {piece!r} is empty, has whitespace or is a structure "
                                          f"token")
-    if any(not 0 <= h <= n for h in heads) or sum(1 for h in heads if h == 0) != 1:
-        raise LinearizationError(f"heads {list(heads)} are not a tree with one root")
-    for start in range(n):
-        seen, node = set(), start + 1
-        while node != 0:
-            if node in seen:
-                raise LinearizationError(f"heads {list(heads)} have a cycle")
-            seen.add(node)
-            node = heads[node - 1]
+    problem = tree_problem(heads)
+    if problem is not None:
+        raise LinearizationError(f"heads {list(heads)}: {problem}")
 
 
 def linearize(words: Sequence[Sequence[str]], heads: Sequence[int], labels: Sequence[str]) -> List[str]:

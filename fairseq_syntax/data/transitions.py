@@ -74,6 +74,7 @@ import torch
 from torch import Tensor
 
 from .subword import NO_WORD  # the word id of an arc token: the project's one value for columns that are not pieces
+from .trees import root_of, tree_problem
 
 WORD_MARK = "\u2581"
 ATTACHED_MARK = "<attached>"  # begins a word written without a space before it (module doc, "Attached words")
@@ -280,35 +281,12 @@ def word_ids_from_pieces(pieces: Sequence[str], word_initial: WordRule = starts_
 # ---- trees: checks and projectivity --------------------------------------------------------------------------
 
 def check_tree(heads: Sequence[int]) -> int:
-    """Check that 1-based heads (0 = root) form one tree: heads in range, no self-loop, exactly one root, no
-    cycle. Returns the 0-based root word; raises InvalidTreeError."""
-    n = len(heads)
-    if n == 0:
-        raise InvalidTreeError("empty sentence: a tree needs at least one word")
-    roots = []
-    for dependent, head in enumerate(heads):
-        if not isinstance(head, (int, np.integer)) or head < 0 or head > n:
-            raise InvalidTreeError(f"word {dependent + 1} has head {head!r}, outside 0..{n}")
-        if head == dependent + 1:
-            raise InvalidTreeError(f"word {dependent + 1} is its own head")
-        if head == 0:
-            roots.append(dependent + 1)
-    if len(roots) != 1:
-        raise InvalidTreeError(f"a tree has exactly one root (head 0); this one has {len(roots)}: words {roots}")
-    # every word must reach the root: walk up with a colouring (0 new, 1 on the current path, 2 reaches the root)
-    state = [0] * (n + 1)
-    state[0] = 2
-    for start in range(1, n + 1):
-        path, word = [], start
-        while state[word] == 0:
-            state[word] = 1
-            path.append(word)
-            word = heads[word - 1]
-        if state[word] == 1:
-            raise InvalidTreeError(f"the heads contain a cycle through word {word}")
-        for w in path:
-            state[w] = 2
-    return roots[0] - 1
+    """Check that 1-based heads (0 = root) form one tree (trees.tree_problem). Returns the 0-based root word;
+    raises InvalidTreeError."""
+    problem = tree_problem(heads)
+    if problem is not None:
+        raise InvalidTreeError(problem)
+    return root_of(heads)
 
 
 def crossing_arcs(heads: Sequence[int]) -> Optional[Tuple[Tuple[int, int], Tuple[int, int]]]:

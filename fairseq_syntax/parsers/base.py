@@ -6,6 +6,8 @@ subword pieces can be assigned to exactly one word and decoding the pieces gives
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, List, Optional, Sequence
 
+from ..data.trees import tree_problem
+
 
 class ParseError(ValueError):
     """A sentence the parser could not give a well-formed tree for (the line is dropped with this reason)."""
@@ -41,19 +43,9 @@ class ParsedSentence:
             raise ParseError("words, spaces, heads and labels differ in length")
         if any(w == "" or any(c.isspace() for c in w) for w in self.words):
             raise ParseError("a word is empty or contains whitespace")
-        if any(not (0 <= h <= n) for h in self.heads):
-            raise ParseError(f"head index outside 0..{n}")
-        if sum(1 for h in self.heads if h == 0) != 1:
-            raise ParseError(f"{sum(1 for h in self.heads if h == 0)} roots, expected 1")
-        if any(h == i + 1 for i, h in enumerate(self.heads)):
-            raise ParseError("a word is its own head")
-        for start in range(n):  # every word must reach the root without a cycle
-            seen, node = set(), start + 1
-            while node != 0:
-                if node in seen:
-                    raise ParseError("cyclic heads")
-                seen.add(node)
-                node = self.heads[node - 1]
+        problem = tree_problem(self.heads)
+        if problem is not None:
+            raise ParseError(problem)
 
 
 class Parser:
