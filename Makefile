@@ -8,7 +8,7 @@ DATA_ROOT ?= $(abspath ../shared/data)
 DEMO_DIR ?= work/demo
 DEMO_UPDATES ?= 500
 
-.PHONY: demo test lint install bench clean-demo parsers
+.PHONY: demo test test-slow test-full lint install bench clean-demo parsers
 
 install: $(VENV)/.installed
 
@@ -22,8 +22,17 @@ $(VENV)/.installed: setup.py requirements/build.txt requirements/runtime.txt req
 	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
+PYTEST = DATA_ROOT=$(DATA_ROOT) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
+
+# the suite but the tests marked slow (pytest.ini); test-slow: those; test-full: all
 test: install lint
-	DATA_ROOT=$(DATA_ROOT) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
+	$(PYTEST) -m "not slow" tests
+
+test-slow: install
+	$(PYTEST) -m slow tests
+
+test-full: install lint
+	$(PYTEST) tests
 
 # ruff (ruff.toml) and the layering contracts (.importlinter): a change that breaks either fails `make test`
 lint: install

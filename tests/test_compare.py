@@ -243,6 +243,7 @@ def test_valid_bleu_scores_decoded_text(small_spacy_bin):
         assert text == references[index]
 
 
+@pytest.mark.slow
 def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     """Vanilla, PASCAL and Linearized (its own data-bin, target parsed by the bin's target_transitions_parser: the
     English spaCy pipeline stands in for a German parser here, any parser of raw words will do) over two seeds."""

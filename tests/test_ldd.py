@@ -386,6 +386,7 @@ def test_preprocess_records_the_distributions(ldd_bin):
     assert stored > sum(len(channels[index].heads) for index in range(len(channels)))  # several arcs per word
 
 
+@pytest.mark.slow
 def test_every_variant_trains_and_generates(ldd_bin, tmp_path):
     _, destdir = ldd_bin
     hypotheses = {}

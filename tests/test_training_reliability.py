@@ -74,6 +74,7 @@ def losses(result):
     return {int(updates): float(loss) for loss, updates in found}
 
 
+@pytest.mark.slow
 @ARCHS
 def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path, method, request):  # noqa: F811
     """Dropout on (random per update), interrupted mid-epoch after 4 updates."""
@@ -93,6 +94,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @ARCHS
 def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin, tmp_path, method,  # noqa: F811
                                                                         request):
