@@ -22,6 +22,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 import fairseq_syntax  # noqa: F401
 
+from .test_dyn_stgcd import parsed_bin  # noqa: F401  (EWT trees on both sides, no transitions)
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
 from .test_ldd import ldd_bin  # noqa: F401
 from .test_supar_parser import tiny_model  # noqa: F401
@@ -220,3 +221,45 @@ def test_valid_bleu_on_a_transitions_data_bin_scores_the_text(transition_bin, me
     references = texts[1::2]
     for index, reference in zip(sample["id"].tolist(), references):
         assert reference == kept[index]
+
+
+# ---- Dyn-STGCD (its own decoder: blocks run step by step, checkpointed per block and step) --------------------
+
+DYN_STGCD = ["--arch", "dyn_stgcd_tiny"]
+
+
+def short_batches(task, count):
+    """The `count` shortest training sentences (each decoder step is one pass over the blocks)."""
+    dataset = task.dataset("train")
+    return sorted(range(len(dataset)), key=lambda i: len(dataset[i]["target"]))[:count]
+
+
+def test_dyn_stgcd_activation_checkpointing_changes_nothing(parsed_bin):  # noqa: F811
+    """Dropout on; the graph loss counts. Every block of every step runs again in the backward pass."""
+    destdir = parsed_bin[1]
+    task, cfg = setup(destdir, ("de", "en"), *DYN_STGCD)
+    batch = [collate(task, short_batches(task, 6))]
+    plain = step(task, cfg, batch)
+    for option in (["--checkpoint-activations"], ["--offload-activations"]):
+        task_c, cfg_c = setup(destdir, ("de", "en"), *DYN_STGCD, *option)
+        checkpointed = step(task_c, cfg_c, batch)
+        assert checkpointed[0].decoder.checkpoint_blocks
+        assert_same_step(plain, checkpointed, " ".join(option))
+
+
+def test_dyn_stgcd_two_accumulated_batches_equal_one_batch(parsed_bin):  # noqa: F811
+    task, cfg = setup(parsed_bin[1], ("de", "en"), *DYN_STGCD, "--dropout", "0")
+    short = short_batches(task, 7)
+    halves = [collate(task, short[:3]), collate(task, short[3:])]
+    assert_same_step(step(task, cfg, [collate(task, short)]), step(task, cfg, halves), "--update-freq 2")
+
+
+def test_dyn_stgcd_bf16_step_is_float32_step_within_tolerance(parsed_bin):  # noqa: F811
+    """The adjacency, its refinement, the kernel and the graph loss stay float32 under the model's bf16 cast."""
+    task, cfg = setup(parsed_bin[1], ("de", "en"), *DYN_STGCD, "--dropout", "0")
+    sample = collate(task, short_batches(task, 6))
+    _, loss32, grads32 = step(task, cfg, [sample])
+    loss16, grads16 = bf16_step(task, cfg, sample)
+    assert loss16 == pytest.approx(loss32, rel=0.02), (loss16, loss32)
+    assert grads16.keys() == grads32.keys()
+    assert all(torch.isfinite(grad).all() for grad in grads16.values())

@@ -156,9 +156,10 @@ def parse_trees_command(parser_spec: str, lang: str, generated: Path, out: Path)
 
 
 def generates_trees(system: str) -> bool:
-    """Whether `system` generates target trees (its own data-bin's target side is a transition sequence)."""
+    """Whether `system` generates target trees (a transition sequence, or Dyn-STGCD's graph; its own data-bin has
+    the target side parsed)."""
     own = OWN_DATA_BINS.get(system)
-    return bool(own and own.target_parser)
+    return bool(own and own.target_parser and own.writes_trees)
 
 
 def check_target_parsers(profile: Profile, systems: List[str]) -> None:
@@ -166,7 +167,8 @@ def check_target_parsers(profile: Profile, systems: List[str]) -> None:
     file and the data-bin otherwise)."""
     for data_bin in profile.bins:
         for system in systems:
-            if generates_trees(system) and not data_bin.transitions_parser:
+            own = OWN_DATA_BINS.get(system)
+            if own is not None and own.target_parser and not data_bin.transitions_parser:
                 raise SystemExit(f"{profile.path}: [[data.bins]] {data_bin.name!r}: system {system} parses the target "
                                  f"side ({data_bin.tgt}); give the data-bin target_transitions_parser = "
                                  f"\"spacy:MODEL\" or \"supar:PATH|@NAME\" (a parser of {data_bin.tgt})")
@@ -285,7 +287,8 @@ class Comparison:
 
     def transitions_parser(self, data_bin: DataBin) -> str:
         """The resolved spec of the target language's parser of `data_bin` (target_transitions_parser)."""
-        check_target_parsers(replace(self.profile, bins=[data_bin]), [s for s in OWN_DATA_BINS if generates_trees(s)])
+        check_target_parsers(replace(self.profile, bins=[data_bin]),
+                             [s for s, own in OWN_DATA_BINS.items() if own.target_parser])
         return self.parser_spec(data_bin.transitions_parser)
 
     # ---- training and translation --------------------------------------------------------------------------

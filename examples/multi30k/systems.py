@@ -32,9 +32,21 @@ MULTI30K_SYSTEMS = {
     "gcn_decoder_unlabeled": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels"],
     "gcn_decoder_ungated": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
                             "--no-decoder-gcn-gates"],
+    # Li et al.'s Dyn-STGCD: the translation and its graph generated together, on the target parse (no transitions),
+    # and the ablations of the paper's Figure 5 (spatial / temporal convolution, dynamic W, dynamic A) and Table 4
+    # (random walks: none, or on the target graph only)
+    "dyn_stgcd": ["--arch", "dyn_stgcd_multi30k"],
+    "dyn_stgcd_no_spatial": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-ablations", "no_spatial"],
+    "dyn_stgcd_no_temporal": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-ablations", "no_temporal"],
+    "dyn_stgcd_static_weight": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-ablations", "static_weight"],
+    "dyn_stgcd_static_adjacency": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-ablations", "static_adjacency"],
+    "dyn_stgcd_no_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks",
+                           "--dyn-stgcd-no-target-walks"],
+    "dyn_stgcd_no_source_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks"],
 }
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "gcn_decoder", "gcn_decoder_unlabeled",
                       "gcn_decoder_ungated")
+DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
 # The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:
 # compare.py plots every system's encoder self-attention, which a recurrent encoder has none of, and bench.py would
@@ -65,9 +77,10 @@ class OwnDataBin:
     options: Tuple[str, ...]
     supar_source: bool = False
     target_parser: bool = False  # parses the target side (`target_parser` of own_data_bin_command)
+    writes_trees: bool = True  # with target_parser: the system generates trees (fairseq-generate --trees-out)
 
 
-# Systems whose method lives in the data. Such a data-bin carries no channels of the target side.
+# Systems whose method lives in the data (or reads the target parse).
 OWN_DATA_BINS = {
     "multitask": OwnDataBin("multitask", ("--multitask-parse",)),
     "ldd": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),
@@ -75,6 +88,9 @@ OWN_DATA_BINS = {
     # target tokens = transitions of the target parse; non-projective trees lifted, so no test line is dropped
     **{system: OwnDataBin("transitions", ("--target-transitions", "--projectivize"), target_parser=True)
        for system in TRANSITION_SYSTEMS},
+    # the target parse as channels (the gold graph of the graph loss); without spatial convolution no graph
+    **{system: OwnDataBin("target-parse", (), target_parser=True, writes_trees=system != "dyn_stgcd_no_spatial")
+       for system in DYN_STGCD_SYSTEMS},
 }
 
 

@@ -14,7 +14,7 @@ reads the generated graph (needs_target_transitions: PARENT, the decoder GCN), t
 function, and the policy that says which edges each column may use ("causal" for the transformer decoder, "prefix"
 for BiTran's re-encoded views). The same mechanism code runs in both decoders.
 """
-from typing import Dict, List, Optional, Type
+from typing import Dict, List, Optional
 
 import torch
 from fairseq.distributed import fsdp_wrap
@@ -28,7 +28,7 @@ from ..modules.decoder_context import DecoderContext, TargetTransitions
 from ..modules.mechanisms import DECODER_CONTEXT
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
-DECODERS: Dict[str, Type[TransformerDecoderBase]] = {}
+DECODERS: Dict[str, type] = {}  # name -> decoder class, built as cls(cfg, dictionary, embed_tokens, no_encoder_attn=)
 
 
 def register_decoder(name: str):
@@ -82,6 +82,7 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
     generator with every other constraint (tasks/constrained_generation.py)."""
 
     policy = "causal"
+    takes_batch_features = True  # the model hands it the batch's features (fairseq's own decoder takes none)
 
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.syntax_choice = MechanismChoices.from_args(cfg, "decoder", cfg.decoder.layers)

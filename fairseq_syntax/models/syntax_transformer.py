@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
 from ..modules.graph_convolution import upgrade_option_names
-from .decoders import DECODERS, SYNTAX_PREFIX, SyntaxTransformerDecoder, split_layer_output, wrap_layer
+from .decoders import DECODERS, SYNTAX_PREFIX, split_layer_output, wrap_layer
 
 
 def _select_features(wanted, given: Dict[str, Tensor], where: str) -> Dict[str, Tensor]:
@@ -118,12 +118,16 @@ class SyntaxTransformerModel(TransformerModel):
                             help="0-based decoder layers that carry it, or 'all' (default: the mechanism's)")
         parser.add_argument("--decoder-type", choices=sorted(DECODERS),
                             help="transformer: fairseq's causal decoder (default); bitran: Choshen & Abend's "
-                                 "bidirectional decoder, the prefix re-encoded at every step")
+                                 "bidirectional decoder, the prefix re-encoded at every step; dyn_stgcd: Li et "
+                                 "al.'s dynamic spatial-temporal graph convolutional decoder")
         parser.add_argument("--bitran-prefixes", type=int, metavar="K",
                             help="bitran training: K prefixes per sentence sampled per update (0, the default: "
                                  "every prefix, exact)")
         for mechanism in {**ENCODER_MECHANISMS, **DECODER_MECHANISMS}.values():
             mechanism.add_args(parser)
+        for decoder in DECODERS.values():
+            if hasattr(decoder, "add_decoder_args"):
+                decoder.add_decoder_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -181,6 +185,7 @@ class SyntaxTransformerModel(TransformerModel):
             for mechanism in (choice.mechanisms if choice is not None else ()):
                 for loss, option in mechanism.auxiliary_losses.items():
                     weights[loss] = float(mechanism.option(part.cfg, option))
+        weights.update(getattr(self.decoder, "loss_weights", {}))  # a decoder's own losses (Dyn-STGCD's graph)
         return weights
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
@@ -188,7 +193,7 @@ class SyntaxTransformerModel(TransformerModel):
                 alignment_heads: Optional[int] = None, **features):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
                                    **features)
-        decoder_features = features if isinstance(self.decoder, SyntaxTransformerDecoder) else {}
+        decoder_features = features if getattr(self.decoder, "takes_batch_features", False) else {}
         x, extra = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                                 alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                                 src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **decoder_features)

@@ -34,10 +34,12 @@ class SyntaxTranslationConfig(TranslationConfig):
                                         "supar:PATH, or conllu:FILE (the k-th sentence of FILE is the parse of the "
                                         "k-th input line)"})
     trees_out: Optional[str] = field(
-        default=None, metadata={"help": "a data-bin whose target has transitions (--target-transitions): write the "
-                                        "tree of every generated hypothesis (the --nbest best of each sentence) to "
-                                        "this file as CoNLL-U, ordered by sentence id (# sent_id = the id of the H- "
-                                        "lines of fairseq-generate or fairseq-interactive)"})
+        default=None, metadata={"help": "a data-bin whose target has transitions (--target-transitions), or a "
+                                        "decoder that generates its graph (dyn_stgcd: heads = argmax of each first "
+                                        "piece's adjacency row, label dep): write the tree of every generated "
+                                        "hypothesis (the --nbest best of each sentence) to this file as CoNLL-U, "
+                                        "ordered by sentence id (# sent_id = the id of the H- lines of "
+                                        "fairseq-generate or fairseq-interactive)"})
 
 
 @register_task("syntax_translation", dataclass=SyntaxTranslationConfig)
@@ -78,9 +80,8 @@ class SyntaxTranslationTask(TranslationTask):
 
             self.word_rule = word_rule(self.manifest.word_level)
             self.transition_classes = target_token_classes(tgt_dict.symbols, self.manifest.word_level)
-        if cfg.trees_out and self.transition_classes is None:
-            raise ValueError(f"--trees-out: the target side of {cfg.data} has no transitions (make the data-bin "
-                             f"with fairseq-syntax-preprocess --target-parser SPEC --target-transitions)")
+        # --trees-out without target transitions: only a decoder that generates its own graph has trees to write
+        # (checked with the models, in build_generator)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
@@ -273,8 +274,37 @@ class SyntaxTranslationTask(TranslationTask):
                                        constraints=constraints)
         if self.cfg.trees_out:
             ids = sample["id"].tolist() if "id" in sample else self._input_lines_of(sample["net_input"]["src_tokens"])
+            if self.transition_classes is None:
+                self._add_graph_trees(self._graph_model(models), sample, ids, hypos)
             self._write_trees(ids, hypos)
         return hypos
+
+    @staticmethod
+    def _graph_model(models):
+        """The first model whose decoder generates a graph with its translation (Dyn-STGCD), or None."""
+        return next((m for m in models if getattr(getattr(m, "decoder", None), "predicts_graph", False)), None)
+
+    def _add_graph_trees(self, model, sample, ids: List[int], hypos) -> None:
+        """The trees of a graph-generating decoder's hypotheses (the --nbest best of each sentence): each one
+        scored again whole, which gives the graph of its last step (incremental generation equals full scoring)."""
+        from ..evaluation.parse_trees import conllu_sentence
+        from ..data.segmentation import open_segmenter
+        from ..parsers.base import ParsedSentence
+
+        chosen = [(row, sentence_id, rank, hypo["tokens"]) for row, (sentence_id, sentence_hypos)
+                  in enumerate(zip(ids, hypos)) for rank, hypo in enumerate(sentence_hypos[:self._nbest])]
+        if not chosen:
+            return
+        rows = torch.tensor([row for row, *_ in chosen], device=sample["net_input"]["src_tokens"].device)
+        source = {name: value.index_select(0, rows) for name, value in sample["net_input"].items()
+                  if name != "prev_output_tokens" and torch.is_tensor(value)}
+        trees = model.decoder.hypothesis_trees(model.encoder(**source), [tokens for *_, tokens in chosen])
+        segmenter = open_segmenter(utils.split_paths(self.cfg.data)[0], self.manifest)
+        for (_, sentence_id, rank, _), (word_pieces, heads) in zip(chosen, trees):
+            name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
+            words = [segmenter.decode(pieces).strip() or "_" for pieces in word_pieces]
+            tree = ParsedSentence(words, [""] + [" "] * (len(words) - 1), heads, ["dep"] * len(words))
+            self._trees[(sentence_id, rank)] = conllu_sentence(tree, name, None)
 
     def _input_lines_of(self, src_tokens: torch.Tensor) -> List[int]:
         """The input line numbers (fairseq-interactive's sentence ids) of a batch that came without ids: the batches
@@ -295,6 +325,10 @@ class SyntaxTranslationTask(TranslationTask):
         has transitions, beam search (and sampling) gives invalid transitions no probability at every step; a model
         whose decoder mechanism builds a token constraint has it applied there too."""
         self._nbest = max(1, int(getattr(args, "nbest", 1) or 1))
+        if self.cfg.trees_out and self.transition_classes is None and not self._graph_model(models):
+            raise ValueError(f"--trees-out: the target side of {self.cfg.data} has no transitions (make the data-bin "
+                             f"with fairseq-syntax-preprocess --target-parser SPEC --target-transitions), and the "
+                             f"model's decoder generates no graph of its own (--decoder-type dyn_stgcd does)")
         constrained_models = [m for m in models if getattr(getattr(m, "decoder", None), "token_constraint", None)]
         if (self.transition_classes is None and not constrained_models) or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
@@ -342,7 +376,7 @@ class SyntaxTranslationTask(TranslationTask):
         from ..data.transitions import TransitionError
 
         for sentence_id, sentence_hypos in zip(ids, hypos):
-            for rank, hypo in enumerate(sentence_hypos[:self._nbest]):
+            for rank, hypo in enumerate(sentence_hypos[:self._nbest] if self.transition_classes is not None else []):
                 name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
                 try:
                     self._trees[(sentence_id, rank)] = self.hypothesis_conllu(hypo["tokens"], name)

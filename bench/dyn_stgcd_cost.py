@@ -1,0 +1,93 @@
+"""Dyn-STGCD against vanilla fairseq `transformer` in one run: train target words/s, generate sentences/s, peak
+memory and parameters (issue "Target-side syntax, part 3": generation >= 0.7x and training >= 0.5x vanilla's).
+
+  python bench/dyn_stgcd_cost.py --workdir work/decoder-cost [--batches 8] [--repeats 3] [--arch-size multi30k]
+      [--systems vanilla,dyn_stgcd] [--out FILE]
+
+Data: bench/decoder_cost.py's plain data-bin (the first 2,000 sentences of UD English-EWT train, both sides the
+gold CoNLL-U parse, no transitions), made there if missing. Every system is examples/multi30k/systems.py's at the
+chosen size and runs in a process of its own (so its peak resident memory is its own), 1 torch thread: forward +
+backward of the syntax criterion (Dyn-STGCD's graph loss included) on the same batches, after one warm-up, median
+over --repeats of the seconds per batch, as target words (pieces + EOS) per second; then beam 5 over the valid
+split, every hypothesis forced to --generate-pieces tokens (randomly initialised models: the same steps for each).
+"""
+import argparse
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from decoder_cost import BASELINE, build, generation_speed, make_data_bins, time_step  # noqa: E402
+
+TARGETS = {"train_words_per_second": 0.5, "generate_sentences_per_second": 0.7}  # x vanilla's
+
+
+def measure(system: str, plain: Path, args) -> dict:
+    """One system's figures (run in a process of its own)."""
+    torch.set_num_threads(1)
+    task, model, criterion = build(plain, system, args.arch_size)
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    iterator = task.get_batch_iterator(dataset, max_tokens=args.max_tokens, seed=1).next_epoch_itr(shuffle=True)
+    samples = [next(iterator) for _ in range(args.batches)]
+    pad = task.target_dictionary.pad()
+    words = sum(int(s["target"].ne(pad).sum()) for s in samples)
+    seconds = sum(time_step(model, criterion, sample, args.repeats) for sample in samples)
+    generate = generation_speed(task, model, (args.generate_pieces, args.generate_pieces)) \
+        if args.generate_pieces else None
+    return {"train_words_per_second": words / seconds, "train_seconds": seconds, "target_words": words,
+            "generate_sentences_per_second": generate,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default="work/decoder-cost")
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k"))
+    parser.add_argument("--systems", default=f"{BASELINE},dyn_stgcd")
+    parser.add_argument("--generate-pieces", type=int, default=25)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this system, print its JSON
+    parser.add_argument("--out", help="the report (default: WORKDIR/dyn_stgcd_cost.json)")
+    args = parser.parse_args(argv)
+    from fairseq_syntax.paths import data_root
+
+    workdir = Path(args.workdir)
+    _, plain = make_data_bins(workdir, data_root(), 2000)
+    if args.one:
+        print("RESULT " + json.dumps(measure(args.one, plain, args)), flush=True)
+        return
+    systems = list(dict.fromkeys([BASELINE, *args.systems.split(",")]))
+    results = {}
+    for system in systems:
+        command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one", system]
+        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        results[system] = json.loads(next(line[7:] for line in output.splitlines() if line.startswith("RESULT ")))
+        print(system, json.dumps(results[system]), flush=True)
+    base = results[BASELINE]
+    report = {"arch_size": args.arch_size, "batches": args.batches, "max_tokens": args.max_tokens,
+              "generate_pieces": args.generate_pieces, "threads": 1, "systems": results, "ratio_to_vanilla": {}}
+    for system in systems[1:]:
+        ratios = {key: (results[system][key] / base[key] if base[key] else None)
+                  for key in ("train_words_per_second", "generate_sentences_per_second", "peak_rss_mb",
+                              "parameters")}
+        report["ratio_to_vanilla"][system] = ratios
+        verdicts = ", ".join(f"{key} {ratios[key]:.3f}x (target >= {target}: "
+                             f"{'PASS' if ratios[key] >= target else 'FAIL'})"
+                             for key, target in TARGETS.items() if ratios[key] is not None)
+        print(f"{system}: {verdicts}; peak memory {ratios['peak_rss_mb']:.2f}x, parameters "
+              f"{results[system]['parameters']:,} vs {base['parameters']:,}", flush=True)
+    out = Path(args.out) if args.out else workdir / "dyn_stgcd_cost.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

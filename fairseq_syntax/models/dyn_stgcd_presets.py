@@ -1,0 +1,48 @@
+"""Architecture presets of the Dyn-STGCD decoder (Li et al., §4 "Implementation Details"; models/dyn_stgcd.py):
+
+  dyn_stgcd            the paper's base: Transformer encoder of 6 layers, 4 heads, 512 wide, FFN 2048; a decoder of
+                       4 spatial-temporal blocks, nodes 512 wide; walks P = {0, 1} against 6 hidden graphs of 6
+                       nodes and 6 of 4 (dropout 0.1, which the paper does not give)
+  dyn_stgcd_multi30k   the comparison's encoder size (3 layers, 256, 4 heads), 4 blocks with 32-wide nodes: the
+                       evolving weights cost 6 G^3 per sentence, step and block, and every step re-encodes every
+                       node; one training step on 1 CPU thread (bench/dyn_stgcd_cost.py's batches) takes 1.9x
+                       vanilla's time at G = 32, 3.3x at 48, 4.4x at 64 (docs/results.md)
+  dyn_stgcd_tiny       tests: 2 encoder layers of 64, 2 blocks of 16-wide nodes, one group of 2 hidden graphs of 3
+                       nodes
+Any encoder mechanism combines with it (`--encoder-syntax pascal`).
+"""
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer.transformer_legacy import base_architecture
+
+from .sizes import MULTI30K, TINY, set_default, set_sizes
+from .syntax_transformer import syntax_defaults
+
+PAPER_BASE = dict(layers=6, embed_dim=512, ffn_embed_dim=2048, heads=4, dropout=0.1)
+SIZES = {  # size -> (encoder and embedding sizes, decoder blocks, graph width, hidden graphs)
+    "": (PAPER_BASE, 4, 512, "6x6,6x4"),
+    "_multi30k": (MULTI30K, 4, 32, "6x6,6x4"),
+    "_tiny": (TINY, 2, 16, "2x3"),
+}
+
+
+def _register(suffix: str):
+    sizes, blocks, graph_dim, hidden_graphs = SIZES[suffix]
+
+    def architecture(args):
+        set_default(args, "decoder_layers", blocks)
+        set_sizes(args, **sizes)
+        set_default(args, "decoder_type", "dyn_stgcd")
+        set_default(args, "dyn_stgcd_graph_dim", graph_dim)
+        set_default(args, "dyn_stgcd_hidden_graphs", hidden_graphs)
+        set_default(args, "dyn_stgcd_walk_steps", 1)
+        set_default(args, "dyn_stgcd_kernel_size", 3)
+        set_default(args, "dyn_stgcd_graph_loss_weight", 1.0)
+        syntax_defaults(args)
+        base_architecture(args)
+
+    architecture.__doc__ = f"Dyn-STGCD decoder, {blocks} blocks of {graph_dim}-wide nodes, encoder {sizes}"
+    register_model_architecture("syntax_transformer", f"dyn_stgcd{suffix}")(architecture)
+
+
+for _suffix in SIZES:
+    _register(_suffix)

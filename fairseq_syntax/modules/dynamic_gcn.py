@@ -1,0 +1,199 @@
+"""The dynamic GCN of Dyn-STGCD's spatial convolution layer (Li et al., "Neural Machine Translation with Dynamic
+Graph Convolutional Decoder", §3.3 eq. 5-7 and appendix A.1): a graph convolution over the target graph built so
+far whose weight matrix evolves with a GRU over time steps and whose adjacency is refined at every step from
+graph-attention coefficients between the observed nodes.
+
+At step t the graph has the nodes 0..t (decoder columns: 0 = BOS, c = the token at column c) and the <sog> node
+(the mean-pooled encoder output, linked to every node and kept constant). One step of one layer l:
+
+  Ã_{t-1}  = GAT coefficients of the layer's outputs Y^l_{t-1} of step t-1 between the nodes observed at t-1:
+             ã_ij = softmax_j LeakyReLU(psi^T [W y_i || W y_j]) over the observed j (time-causal: node t is not
+             observed yet, so its row and column are 0)
+  A_t      = Sigmoid(alpha (A_{t-1} + Ã_{t-1}) + beta)                                             (eq. 7)
+             A_{-1} = I ("initialised diagonal for a maximum number of candidate nodes"): the entries of a node
+             that joins at step t have gone through t updates with nothing added, so they come in at g^t(0) (g^t(1)
+             on the diagonal), g(x) = Sigmoid(alpha x + beta); teacher-forced (--dyn-stgcd-teacher-forced-adjacency,
+             the paper's "substitute A*_{t-1} for A_{t-1}"): A_{t-1} is the gold graph of the nodes 0..t-1
+  W_t      = GRU(Y^{l-1}_t, W_{t-1}) column by column (A.1): Z = s(P_Z X + Q_Z W + B_Z), R = s(P_R X + Q_R W + B_R),
+             W~ = tanh(P_W X + Q_W (R . W) + B_W), W_t = (1 - Z) . W_{t-1} + Z . W~, with X the g x g summary of the
+             node vectors Y^{l-1}_t; W_{-1} a trainable g x g matrix
+  Y^l_t    = ReLU(D^-1/2 Â D^-1/2 [Y^{l-1}_t; sog] W_t),  Â = A_t + I plus an edge of weight 1 from <sog> to every
+             node, D the row degrees (<sog>'s: its n links plus itself)                                 (eq. 2, 5)
+
+Readings of what the paper leaves open, each a choice here: "Linear" in eq. 7 is one weight and one bias per layer
+applied to every entry (a Linear over a row would tie the model to a maximum length); the adjacency is directed,
+row i = node i's neighbours (the GAT coefficients are normalised per row, and heads are read as the argmax of a
+row); the summary X (the paper cites the top-k pooling of Cangea et al., which cannot give g columns from fewer
+than g nodes) is attention pooling: column c of X is the mean of the node vectors weighted by softmax over the
+nodes of y . q_c, a learned query per column, so any number of nodes gives g columns.
+
+The adjacency and its update are computed in float32 (a sigmoid recurrence and row-normalised coefficients).
+tests/test_dynamic_gcn.py checks each equation against per-node, per-column loops.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def masked_softmax(scores: Tensor, allowed: Tensor, dim: int) -> Tensor:
+    """Softmax over `dim` among the allowed entries; 0 where none is allowed (float32)."""
+    scores = scores.float().masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=dim)
+    return torch.nan_to_num(weights, nan=0.0) * allowed
+
+
+class GraphAttentionCoefficients(nn.Module):
+    """Ã of eq. 7: (B, n, n) float32 from node vectors (B, n, d), rows softmax-normalised over the real nodes."""
+
+    def __init__(self, embed_dim: int, attention_dim: int, negative_slope: float = 0.2):
+        super().__init__()
+        self.project = nn.Linear(embed_dim, attention_dim, bias=False)  # W
+        self.psi = nn.Parameter(torch.empty(2, attention_dim))  # psi = [psi_i; psi_j]
+        self.negative_slope = negative_slope
+        nn.init.xavier_uniform_(self.psi)
+
+    def forward(self, nodes: Tensor, node_mask: Tensor) -> Tensor:
+        projected = self.project(nodes).float()
+        scores = ((projected @ self.psi[0].float()).unsqueeze(2)       # psi_i . W y_i
+                  + (projected @ self.psi[1].float()).unsqueeze(1))    # psi_j . W y_j
+        scores = F.leaky_relu(scores, self.negative_slope)
+        allowed = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
+        return masked_softmax(scores, allowed, dim=2)
+
+
+class EvolvingWeight(nn.Module):
+    """W_t = GRU(Y_t, W_{t-1}) of A.1 on g x g matrices, each column a GRU state, after attention pooling of the
+    node vectors into g columns."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.initial = nn.Parameter(torch.empty(dim, dim))  # W_{-1}
+        self.queries = nn.Parameter(torch.empty(dim, dim))  # q_c: column c of the summary
+        self.input_weights = nn.Parameter(torch.empty(3, dim, dim))  # P_Z, P_R, P_W
+        self.state_weights = nn.Parameter(torch.empty(3, dim, dim))  # Q_Z, Q_R, Q_W
+        self.biases = nn.Parameter(torch.zeros(3, dim, dim))  # B_Z, B_R, B_W
+        for weight in (self.initial, self.queries):
+            nn.init.xavier_uniform_(weight)
+        for weights in (self.input_weights, self.state_weights):
+            for matrix in weights:
+                nn.init.xavier_uniform_(matrix)
+
+    def initial_state(self, batch: int) -> Tensor:
+        return self.initial.unsqueeze(0).expand(batch, -1, -1)
+
+    def summarize(self, nodes: Tensor, node_mask: Tensor) -> Tensor:
+        """(B, n, g) -> (B, g, g): column c = sum_i softmax_i(y_i . q_c) y_i over the real nodes."""
+        weights = masked_softmax(nodes @ self.queries, node_mask.unsqueeze(-1), dim=1).to(nodes)  # (B, n, g)
+        return nodes.transpose(1, 2) @ weights
+
+    def forward(self, nodes: Tensor, node_mask: Tensor, previous: Tensor) -> Tensor:
+        # column c of every matrix is one GRU step: rows x_c^T and h_c^T of all columns and sentences go through
+        # one GEMM per weight stack ((B x g) x g times g x 3g), not one small product per sentence
+        dim = self.dim
+        inputs = self.summarize(nodes, node_mask).transpose(1, 2)  # (B, columns, g): x_c
+        state = previous.transpose(1, 2)  # h_c = column c of W_{t-1}
+        from_input = inputs @ self.input_weights.reshape(3 * dim, dim).t()  # P_Z x, P_R x, P_W x
+        from_state = state @ self.state_weights[:2].reshape(2 * dim, dim).t()  # Q_Z h, Q_R h
+        bias = self.biases.transpose(1, 2)  # B_Z, B_R, B_W by column
+        update = torch.sigmoid(from_input[..., :dim] + from_state[..., :dim] + bias[0])
+        reset = torch.sigmoid(from_input[..., dim:2 * dim] + from_state[..., dim:] + bias[1])
+        candidate = torch.tanh(from_input[..., 2 * dim:] + (reset * state) @ self.state_weights[2].t() + bias[2])
+        return ((1 - update) * state + update * candidate).transpose(1, 2)
+
+
+def normalized_propagation(adjacency: Tensor, node_mask: Tensor, nodes: Tensor,
+                           sog: Optional[Tensor] = None) -> Tensor:
+    """D^-1/2 Â D^-1/2 [nodes; sog] for the rows of the real nodes (eq. 2): Â = adjacency + I over the real nodes,
+    plus, with `sog` (B, d), an edge of weight 1 from <sog> to every real node. (B, n, d), 0 on padded nodes."""
+    real = node_mask.to(torch.float32)
+    hat = (adjacency.float() + torch.eye(adjacency.size(-1), device=adjacency.device)) \
+        * real.unsqueeze(1) * real.unsqueeze(2)
+    degree = hat.sum(dim=2)
+    if sog is not None:
+        degree = degree + real
+    inverse_root = degree.clamp(min=1e-12).rsqrt() * real  # (B, n)
+    weights = inverse_root.unsqueeze(2) * hat * inverse_root.unsqueeze(1)
+    out = weights.to(nodes) @ nodes
+    if sog is not None:
+        sog_degree = real.sum(dim=1, keepdim=True) + 1  # its links to the n real nodes, and itself
+        out = out + (inverse_root * sog_degree.rsqrt()).unsqueeze(-1).to(nodes) * sog.unsqueeze(1)
+    return out
+
+
+@dataclass
+class DynamicGCNState:
+    """What one layer keeps from step t-1 (per row of the batch): its evolving weight W_{t-1} (B, g, g), the
+    adjacency A_{t-1} over the nodes 0..t-1 (B, t, t, float32), its outputs Y^l_{t-1} (B, t, g), and the value a
+    new node's entries come in at (B, 2: off the diagonal, on it)."""
+    weight: Tensor
+    adjacency: Tensor
+    outputs: Tensor
+    fresh: Tensor
+
+    def index_select(self, rows: Tensor) -> "DynamicGCNState":
+        return DynamicGCNState(*(value.index_select(0, rows) for value in
+                                 (self.weight, self.adjacency, self.outputs, self.fresh)))
+
+
+class DynamicGCN(nn.Module):
+    """One spatial layer's dynamic GCN, one step at a time: `step` takes the layer's inputs Y^{l-1}_t for the nodes
+    0..t and its state of step t-1, and gives the convolved nodes and A_t (the caller applies eq. 8's MLP and hands
+    the layer's outputs back through `next_state`)."""
+
+    def __init__(self, dim: int, attention_dim: Optional[int] = None, dynamic_weight: bool = True,
+                 dynamic_adjacency: bool = True):
+        super().__init__()
+        self.dim = dim
+        # the paper's Figure 5 ablations: W_t = W_{-1} at every step (no GRU); A_t without Ã (no refinement from
+        # the nodes, so every adjacency entry follows the same content-free recurrence)
+        self.dynamic_weight, self.dynamic_adjacency = dynamic_weight, dynamic_adjacency
+        self.attention = GraphAttentionCoefficients(dim, attention_dim or dim)
+        self.weight = EvolvingWeight(dim)
+        self.refine = nn.Linear(1, 1)  # eq. 7's Linear, one weight and bias for every entry
+        nn.init.constant_(self.refine.weight, 1.0)
+        nn.init.constant_(self.refine.bias, 0.0)
+
+    def refined(self, values: Tensor) -> Tensor:
+        return torch.sigmoid(values * self.refine.weight.float().view(()) + self.refine.bias.float().view(()))
+
+    def initial_state(self, nodes: Tensor) -> DynamicGCNState:
+        batch = nodes.size(0)
+        fresh = torch.tensor([0.0, 1.0], device=nodes.device).expand(batch, 2)  # A_{-1} = I
+        return DynamicGCNState(self.weight.initial_state(batch), nodes.new_zeros(batch, 0, 0, dtype=torch.float32),
+                               nodes.new_zeros(batch, 0, self.dim), fresh)
+
+    def step(self, inputs: Tensor, node_mask: Tensor, state: DynamicGCNState, sog: Optional[Tensor] = None,
+             gold_previous: Optional[Tensor] = None):
+        """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), node_mask (B, n) True on real nodes;
+        gold_previous (B, t, t): the gold graph of the nodes 0..t-1 (teacher-forced adjacency). Gives
+        (convolved nodes (B, n, g), A_t (B, n, n) float32, W_t)."""
+        n = inputs.size(1)
+        previous_mask = node_mask[:, :n - 1]
+        if n > 1 and self.dynamic_adjacency:
+            coefficients = self.attention(state.outputs, previous_mask)
+        else:
+            coefficients = inputs.new_zeros(inputs.size(0), n - 1, n - 1, dtype=torch.float32)
+        if gold_previous is not None:
+            previous = gold_previous.float()
+            fresh = torch.tensor([0.0, 1.0], device=inputs.device).expand(inputs.size(0), 2)
+        else:
+            previous, fresh = state.adjacency, state.fresh
+        grown = torch.empty(inputs.size(0), n, n, device=inputs.device, dtype=torch.float32)
+        grown[:, :, -1] = fresh[:, :1]
+        grown[:, -1, :] = fresh[:, :1]
+        grown[:, -1, -1] = fresh[:, 1]
+        grown[:, :n - 1, :n - 1] = previous + coefficients
+        real = node_mask.to(torch.float32)
+        adjacency = self.refined(grown) * real.unsqueeze(1) * real.unsqueeze(2)
+        weight = self.weight(inputs, node_mask, state.weight) if self.dynamic_weight else state.weight
+        convolved = torch.relu(normalized_propagation(adjacency, node_mask, inputs, sog) @ weight)
+        return convolved, adjacency, weight
+
+    def next_state(self, state: DynamicGCNState, adjacency: Tensor, weight: Tensor, outputs: Tensor):
+        # the fresh entries go through the update too, with nothing added (A_{-1} = I for every future node)
+        return DynamicGCNState(weight, adjacency, outputs, self.refined(state.fresh))

