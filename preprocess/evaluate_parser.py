@@ -33,11 +33,9 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-import conllu
-from conllu.exceptions import ParseException
 
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
-from fairseq_syntax.parsers.conllu_reader import read_blocks, tree_from_tokenlist
+from fairseq_syntax.parsers.conllu_reader import read_sentences, tree_from_tokenlist
 
 WORDS = ("syntactic", "surface")
 
@@ -83,20 +81,12 @@ def read_trees(path, words: str = "syntactic") -> List[ParsedSentence]:
     if not Path(path).is_file():
         raise ParserEvaluationError(f"no such file: {path}")
     trees = []
-    for start, block in read_blocks(str(path)):
-        where = f"{path}:{start}"
-        try:
-            sentences = conllu.parse(block)
-            if len(sentences) != 1:
-                raise ParseError(f"{where}: expected one sentence in the block, got {len(sentences)}")
-            if words == "syntactic":
-                trees.append(syntactic_tree(sentences[0], where))
-            else:
-                trees.append(tree_from_tokenlist(sentences[0], where, check_tree=False))
-        except ParseException as error:
-            raise ParserEvaluationError(f"{where}: malformed CoNLL-U: {error}") from None
-        except ParseError as error:
-            raise ParserEvaluationError(str(error)) from None
+    try:
+        for where, tokens in read_sentences(str(path)):
+            trees.append(syntactic_tree(tokens, where) if words == "syntactic"
+                         else tree_from_tokenlist(tokens, where, check_tree=False))
+    except ParseError as error:
+        raise ParserEvaluationError(str(error)) from None
     return trees
 
 

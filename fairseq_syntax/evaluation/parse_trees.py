@@ -18,11 +18,9 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-import conllu
-from conllu.exceptions import ParseException
 
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
-from fairseq_syntax.parsers.conllu_reader import read_blocks, tree_from_tokenlist
+from fairseq_syntax.parsers.conllu_reader import read_sentences, tree_from_tokenlist
 
 from .metrics import EvaluationError
 
@@ -48,19 +46,12 @@ def read_generated(path: Path) -> List[Sentence]:
         raise EvaluationError(f"generated trees not found: {path}")
     sentences = []
     try:
-        for start, block in read_blocks(str(path)):
-            where = f"{path}:{start}"
-            try:
-                tokenlists = conllu.parse(block)
-                if len(tokenlists) != 1:
-                    raise ParseError(f"{where}: expected one sentence in the block, got {len(tokenlists)}")
-                tree = tree_from_tokenlist(tokenlists[0], where, check_tree=False)
-            except ParseException as error:
-                raise EvaluationError(f"{where}: malformed CoNLL-U: {error}") from None
-            except ParseError as error:
-                raise EvaluationError(str(error)) from None
-            metadata = tokenlists[0].metadata or {}
+        for where, tokens in read_sentences(str(path)):
+            tree = tree_from_tokenlist(tokens, where, check_tree=False)
+            metadata = tokens.metadata or {}
             sentences.append((metadata.get("sent_id"), metadata.get("text"), tree))
+    except ParseError as error:
+        raise EvaluationError(str(error)) from None
     except UnicodeDecodeError as error:
         raise EvaluationError(f"generated trees ({path}): not UTF-8 text ({error})") from None
     return sentences

@@ -56,6 +56,20 @@ def read_blocks(path: str) -> Iterator[Tuple[int, str]]:
         yield start, "".join(block)
 
 
+def read_sentences(path: str) -> Iterator[Tuple[str, conllu.TokenList]]:
+    """(where = "PATH:LINE", its sentence) for every block of a CoNLL-U file, one sentence per block; ParseError
+    naming the place for a malformed block or one that holds more or fewer sentences."""
+    for start, block in read_blocks(path):
+        where = f"{path}:{start}"
+        try:
+            sentences = conllu.parse(block)
+        except ParseException as error:
+            raise ParseError(f"{where}: malformed CoNLL-U: {error}") from None
+        if len(sentences) != 1:
+            raise ParseError(f"{where}: expected one sentence in the block, got {len(sentences)}")
+        yield where, sentences[0]
+
+
 def _depth(word: int, heads: List[int]) -> int:
     depth, seen = 0, set()
     while word != 0 and word not in seen:
