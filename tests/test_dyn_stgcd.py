@@ -325,3 +325,39 @@ def test_trees_out_needs_a_decoder_that_makes_a_graph(parsed_bin, tmp_path):
                 task.build_generator([model], cfg.generation)
         else:
             task.build_generator([model], cfg.generation)
+
+
+def test_word_level_distillation_adds_the_teachers_soft_targets(parsed_bin, tmp_path):
+    """--distillation-teacher (syntax_label_smoothed_cross_entropy): the loss gains weight x sum over the target's
+    real tokens of -sum_v q(v) log p(v), q the teacher's next-token distribution (here a vanilla transformer
+    trained 2 updates), computed here token by token; the model's own losses are unchanged."""
+    from fairseq import checkpoint_utils
+
+    _, destdir = parsed_bin
+    run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en",
+            "--cpu", "--num-workers", "0", "--arch", "transformer_tiny_vanilla", "--optimizer", "adam", "--lr",
+            "0.002", "--max-tokens", "800", "--max-update", "2", "--save-dir", tmp_path, "--no-progress-bar",
+            "--share-all-embeddings")
+    teacher_path = str(tmp_path / "checkpoint_last.pt")
+    task, model = build(destdir)
+    sample = shortest(task, 3)
+    plain = SyntaxLabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    distilled = SyntaxLabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1,
+                                                         distillation_teacher=teacher_path, distillation_weight=0.5)
+    with torch.no_grad():
+        loss, _, logging = plain(model, sample)
+        loss_kd, _, logging_kd = distilled(model, sample)
+        (teacher,), _ = checkpoint_utils.load_model_ensemble([teacher_path], task=task)
+        teacher.eval()
+        net_input = sample["net_input"]
+        q = torch.softmax(teacher(net_input["src_tokens"], net_input["src_lengths"],
+                                  net_input["prev_output_tokens"])[0].double(), dim=-1)
+        log_p = torch.log_softmax(model(**net_input)[0].double(), dim=-1)
+    expected = 0.0
+    for b in range(q.size(0)):
+        for t in range(q.size(1)):
+            if sample["target"][b, t] != task.target_dictionary.pad():
+                expected -= float((q[b, t] * log_p[b, t]).sum())
+    assert float(logging_kd["aux_distillation"]) == pytest.approx(expected, rel=1e-4)
+    assert float(loss_kd) == pytest.approx(float(loss) + 0.5 * expected, rel=1e-4)
+    torch.testing.assert_close(logging_kd["aux_" + GRAPH_LOSS], logging["aux_" + GRAPH_LOSS])
