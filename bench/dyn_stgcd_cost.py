@@ -2,7 +2,7 @@
 memory and parameters (issue "Target-side syntax, part 3": generation >= 0.7x and training >= 0.5x vanilla's).
 
   python bench/dyn_stgcd_cost.py --workdir work/decoder-cost [--batches 8] [--repeats 3] [--arch-size multi30k]
-      [--systems vanilla,dyn_stgcd] [--out FILE]
+      [--systems vanilla,dyn_stgcd,dyn_stgcd@64] [--generate-pieces 25] [--out FILE]
 
 Data: bench/decoder_cost.py's plain data-bin (the first 2,000 sentences of UD English-EWT train, both sides the
 gold CoNLL-U parse, no transitions), made there if missing. Every system is examples/multi30k/systems.py's at the
@@ -22,14 +22,17 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from decoder_cost import BASELINE, build, generation_speed, make_data_bins, time_step  # noqa: E402
+from decoder_cost import BASELINE, MULTI30K_SYSTEMS, build, generation_speed, make_data_bins, time_step  # noqa: E402
 
 TARGETS = {"train_words_per_second": 0.5, "generate_sentences_per_second": 0.7}  # x vanilla's
 
 
 def measure(system: str, plain: Path, args) -> dict:
-    """One system's figures (run in a process of its own)."""
+    """One system's figures (run in a process of its own). SYSTEM@G: the system with nodes G wide."""
     torch.set_num_threads(1)
+    if "@" in system:
+        base, width = system.split("@")
+        MULTI30K_SYSTEMS[system] = [*MULTI30K_SYSTEMS[base], "--dyn-stgcd-graph-dim", width]
     task, model, criterion = build(plain, system, args.arch_size)
     task.load_dataset("train")
     dataset = task.dataset("train")
@@ -53,7 +56,9 @@ def main(argv=None):
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k"))
-    parser.add_argument("--systems", default=f"{BASELINE},dyn_stgcd")
+    parser.add_argument("--systems", default=f"{BASELINE},dyn_stgcd",
+                        help="comma list of examples/multi30k/systems.py's systems; SYSTEM@G: nodes G wide "
+                             "(--dyn-stgcd-graph-dim G), e.g. dyn_stgcd@64")
     parser.add_argument("--generate-pieces", type=int, default=25)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this system, print its JSON
     parser.add_argument("--out", help="the report (default: WORKDIR/dyn_stgcd_cost.json)")

@@ -136,6 +136,17 @@ def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path
         f"--generated-trees=linearized={trees}", f"--parsed-trees=linearized={parsed}"]
     assert comparison.tree_arguments("en-de.spacy", ["vanilla", "pascal"], 2) == []
 
+    # Dyn-STGCD: its own data-bin with the target parse as channels (no transitions), trees from its graph; the
+    # ablation without spatial convolution has no graph, so no trees
+    monkeypatch.setattr(compare, "run", lambda *args, **kwargs: None)
+    monkeypatch.setattr(compare, "require_same_lines", lambda *args: None)
+    made = comparison.system_data_bins(bins["en-de.spacy"], shared, ["vanilla", "dyn_stgcd", "dyn_stgcd_no_spatial"])
+    assert made["vanilla"] == shared and made["dyn_stgcd"] == made["dyn_stgcd_no_spatial"] != shared
+    args = [str(a) for a in comparison.own_data_bin_args(bins["en-de.spacy"], shared, "dyn_stgcd",
+                                                         made["dyn_stgcd"])]
+    assert option_value(args, "--target-parser") == resolved("de_gsd_pud") and "--target-transitions" not in args
+    assert compare.generates_trees("dyn_stgcd") and not compare.generates_trees("dyn_stgcd_no_spatial")
+
 
 def test_linearized_needs_a_valid_target_parser_in_the_profile(tmp_path, capsys):
     text = ('[[data.bins]]\nname = "b"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:m"\n{extra}'

@@ -255,7 +255,8 @@ class Comparison:
         bins = {}
         for system in systems:
             own = OWN_DATA_BINS.get(system)
-            if own is None or set(own.options) <= set(data_bin.preprocess):
+            # (a system that reads the target parse always has its own: the shared data-bin parses the source only)
+            if own is None or (set(own.options) <= set(data_bin.preprocess) and not own.target_parser):
                 bins[system] = shared
                 continue
             if self.profile.vocabulary["kind"] != "sentencepiece":
