@@ -1,4 +1,4 @@
-"""LDD storage and preprocessing cost, measured on raw sentences with a SuPar parser (README, "LDD").
+"""LDD storage and preprocessing cost, measured on raw sentences with a SuPar parser (docs/methods.md, "LDD").
 
     python bench/ldd_storage.py --parser parsers/en_ewt.supar --spm-model DATA_BIN/spm.model \
         --input ../shared/data/multi30k/task1_raw/train.en.gz [--sentences 29000] [--repeats 2]

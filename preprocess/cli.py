@@ -11,16 +11,16 @@ them (e.g. challenge sets: --testpref challenge=export/challenge, then fairseq-g
 
 With --word-vocabulary, every word is one token instead (the parser's words; spaCy's rule-based tokenizer on
 unparsed sides) and each side's dictionary holds the training words seen at least --word-min-count times, the
-others being <unk> (fairseq_syntax/data/word_codec.py; README, "Word-level vocabulary").
+others being <unk> (fairseq_syntax/data/word_codec.py; docs/preprocessing.md, "Word-level vocabulary").
 
 With --multitask-parse, the data-bin is the multi-task baseline of Currey & Heafield (2019): tagged translation
 pairs plus, in train, a parse pair (source -> linearized source tree) of every line; no side channels
-(fairseq_syntax/data/multitask.py; README, "The multi-task baseline").
+(fairseq_syntax/data/multitask.py; docs/methods.md, "The multi-task baseline").
 
 With --target-transitions, the target tokens are the transition sequence of the --target-parser tree (pieces
 interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, fairseq_syntax/data/transitions.py), the arc tokens are appended to
 the target dictionary, and the target side carries the graph of every prefix (transition_channels.py); pairs whose
-target tree is not projective are dropped (README, "Target-side transitions").
+target tree is not projective are dropped (docs/methods.md, "Target-side transitions").
 """
 import time
 
@@ -89,7 +89,7 @@ def get_parser():
                         help="write the multi-task data-bin of Currey & Heafield (2019): train = every pair as "
                              "<translate> src <translate> -> tgt plus <parse> src <parse> -> the linearized "
                              "--source-parser tree; other splits translation pairs only; no side channels (see "
-                             "README). With --add-to, taken from the data-bin")
+                             "docs/methods.md). With --add-to, taken from the data-bin")
     parser.add_argument("--target-transitions", action="store_true",
                         help="the target tokens are the transition sequence of the --target-parser tree (pieces "
                              "interleaved with LEFT-ARC:l / RIGHT-ARC:l, and <attached> before a word written "

@@ -378,7 +378,7 @@ def test_preprocess_records_the_distributions(ldd_bin):
     assert {"ldd_dependents", "ldd_heads", "ldd_groups", "ldd_probs", "label_groups"} <= set(side["channels"])
     assert side["settings"]["ldd"]["label_scheme"] == "ud"
     report = json.loads((destdir / "preprocess.json").read_text())["ldd"]
-    # the tiny parser is unsure: its 8 best heads may hold less than 0.995 (the EWT parser's: README, LDD)
+    # the tiny parser is unsure: its 8 best heads may hold less than 0.995 (the EWT parser's: docs/methods.md, LDD)
     assert report["words"] > 0 and 0.5 < report["retained_arc_mass"] <= 1.0
     assert 1 <= report["arcs_per_word"] <= 8
     channels = SyntaxChannels(str(destdir), "valid", "en", "de", "en", token_sizes(destdir, "valid"), num_labels=None)

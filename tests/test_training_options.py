@@ -29,9 +29,10 @@ from .test_supar_parser import tiny_model  # noqa: F401
 from .test_training_reliability import METHODS, RANDOMNESS, method_bin, multitask_bin  # noqa: F401
 from .test_transition_decoding import transition_bin  # noqa: F401  (EWT trees as the target: transitions)
 
+TARGET_SIDE = ("linearized", "bitran", "parent", "gcn_decoder", "dyn_stgcd")  # on their own data-bins below
 SOURCE_METHODS = {"vanilla_syntax": ["--arch", "transformer_pascal_tiny", "--encoder-syntax", "none"],
                   **{name: args for name, args in METHODS.items() if not name.startswith("lstm_")
-                     and name != "linearized"}}
+                     and name not in TARGET_SIDE}}
 RECURRENT = [name for name in METHODS if name.startswith("lstm_")]
 # target-side transitions: Linearized (fairseq's decoder) and Choshen & Abend's decoders
 TRANSITION_METHODS = {
@@ -131,7 +132,7 @@ def check_update_freq(destdir, direction, method_args):
     assert_same_step(step(task, cfg, whole), step(task, cfg, halves), "--update-freq 2")
 
 
-@pytest.mark.parametrize("method", [name for name in METHODS if name != "linearized"])
+@pytest.mark.parametrize("method", [name for name in METHODS if name not in TARGET_SIDE])
 def test_two_accumulated_batches_equal_one_batch_source_side(data_bin, method, request):  # noqa: F811
     """--update-freq 2 against a batch twice the size (no dropout, no parent ignoring, no edge dropout: METHODS
     without RANDOMNESS)."""
@@ -263,3 +264,16 @@ def test_dyn_stgcd_bf16_step_is_float32_step_within_tolerance(parsed_bin):  # no
     assert loss16 == pytest.approx(loss32, rel=0.02), (loss16, loss32)
     assert grads16.keys() == grads32.keys()
     assert all(torch.isfinite(grad).all() for grad in grads16.values())
+
+
+def test_dyn_stgcd_valid_bleu_decodes_and_scores(parsed_bin):  # noqa: F811
+    """--eval-bleu with Dyn-STGCD: fairseq's validation search runs its incremental decoder (beam 2) and scores the
+    hypotheses against the references as text."""
+    task, cfg = setup(parsed_bin[1], ("de", "en"), *DYN_STGCD, "--eval-bleu", "--eval-bleu-args",
+                      '{"beam": 2, "max_len_a": 0, "max_len_b": 12}')
+    model = task.build_model(cfg.model)
+    model.eval()
+    sample = collate(task, short_batches(task, 4))
+    _, _, logging_output = task.valid_step(sample, model, task.build_criterion(cfg.criterion))
+    assert logging_output["_bleu_sys_len"] > 0 and logging_output["_bleu_ref_len"] > 0
+    assert logging_output["aux_" + "target_graph"] > 0  # validation counts the graph loss too

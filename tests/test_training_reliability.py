@@ -12,6 +12,7 @@ from fairseq import checkpoint_utils
 from fairseq_syntax.checkpoint_security import UnsafeCheckpointError
 
 from .helpers import USER_DIR, run_cli
+from .test_dyn_stgcd import parsed_bin  # noqa: F401  (EWT trees on both sides, no transitions)
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
 from .test_ldd import ldd_bin  # noqa: F401  (the same lines with LDD channels from a tiny SuPar parser)
 from .test_supar_parser import tiny_model  # noqa: F401
@@ -37,7 +38,14 @@ METHODS = {
     "lstm_rgse": ["--arch", "lstm_rgse_tiny"],
     # target-side transitions (De->En on EWT trees): Linearized, a stock decoder over the transition sequence
     "linearized": ["--arch", "transformer_linearized_tiny"],
+    # ... and Choshen & Abend's decoders on the same sequences (BiTran exact; PARENT and the GCN decoder on BiTran)
+    "bitran": ["--arch", "transformer_bitran_tiny"],
+    "parent": ["--arch", "transformer_parent_tiny"],
+    "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
+    # Dyn-STGCD (De->En on EWT trees, both sides parsed, no transitions): its own decoder and graph loss
+    "dyn_stgcd": ["--arch", "dyn_stgcd_tiny"],
 }
+TRANSITION_METHODS = ("linearized", "bitran", "parent", "gcn_decoder")
 RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"], "gcn": ["--encoder-gcn-edge-dropout", "0.2"],
               "birnn_gcn": ["--encoder-gcn-edge-dropout", "0.2"], "lstm_gcn": ["--encoder-gcn-edge-dropout", "0.2"]}
 ARCHS = pytest.mark.parametrize("method", list(METHODS))
@@ -57,8 +65,10 @@ def multitask_bin(data_bin, tmp_path_factory):  # noqa: F811
 
 def method_bin(method, data_bin, request):  # noqa: F811
     """The data-bin `method` trains on and its direction (-s, -t)."""
-    if method == "linearized":
+    if method in TRANSITION_METHODS:
         return [request.getfixturevalue("transition_bin")[1], "-s", "de", "-t", "en"]
+    if method == "dyn_stgcd":
+        return [request.getfixturevalue("parsed_bin")[1], "-s", "de", "-t", "en"]
     return [_source_side_bin(method, data_bin, request), "-s", "en", "-t", "de"]
 
 

@@ -698,7 +698,7 @@ def main(argv=None):
     precision.add_argument("--fp16", action="store_const", dest="precision", const="fp16",
                            help="fairseq's mixed precision training (--fp16) and fp16 generation")
     precision.add_argument("--bf16", action="store_const", dest="precision", const="bf16",
-                           help="bfloat16 training (fairseq-syntax-train, see README); generation in fp32")
+                           help="bfloat16 training (fairseq-syntax-train, see docs/training.md); generation in fp32")
     parser.add_argument("--jobs", type=int, default=1, help="systems trained and translated at once")
     parser.add_argument("--threads", type=int, help="torch threads per job (default: cores / jobs); e.g. one "
                                                     "1-thread job in the background of other work")

@@ -12,7 +12,7 @@ groups g of appendix A (fairseq_syntax/data/label_groups.py); labels outside the
     (1-based, 0 = root), its label group and round(LDD * 255) in uint8: 6 bytes. A dependent keeps its most probable
     heads until their mass reaches `mass` (at most `max_heads`, none below half a quantum), and of those arcs the
     groups whose quantized probability is not 0 (a label distribution is sharp: most arcs keep one or two of their
-    16 groups). bench/ldd_storage.py measured the defaults (README, "LDD").
+    16 groups). bench/ldd_storage.py measured the defaults (docs/methods.md, "LDD").
   * Rows and columns reach subword pieces by the rule "copy to every piece" (subword.expand_word_matrix): every piece
     of word i gets word i's row, and every piece of head j the entry of j.
 """

@@ -29,7 +29,7 @@ no relation the paper left out is added to a group.
 This decides which part of a parser's arc mass falls outside the 16 groups: an arc whose label is outside every
 group feeds no head's distribution. `group_matrix` turns a label inventory into the (num labels, 16) 0/1 matrix that
 sums labelled arc probabilities into the 16 group distributions; `format_table` prints the whole decision table
-(for the CLI and the README).
+(for the CLI and docs/methods.md).
 
 UD subtypes: `group_of` looks up the full label first, then the part before ':', so subtypes not in the table (e.g.
 a treebank's "nsubj:caus") get their base relation's decision. Subtypes whose decision differs from their base are

@@ -5,8 +5,8 @@
                        nodes and 6 of 4 (dropout 0.1, which the paper does not give)
   dyn_stgcd_multi30k   the comparison's encoder size (3 layers, 256, 4 heads), 4 blocks with 32-wide nodes: the
                        evolving weights cost 6 G^3 per sentence, step and block, and every step re-encodes every
-                       node; one training step on 1 CPU thread (bench/dyn_stgcd_cost.py's batches) takes 1.9x
-                       vanilla's time at G = 32, 3.3x at 48, 4.4x at 64 (docs/results.md)
+                       node: on 1 CPU thread (bench/dyn_stgcd_cost.py) it trains at 0.43x vanilla's words/s at
+                       G = 32, 0.22x at 48, 0.17x at 64 (docs/results.md)
   dyn_stgcd_tiny       tests: 2 encoder layers of 64, 2 blocks of 16-wide nodes, one group of 2 hidden graphs of 3
                        nodes
 Any encoder mechanism combines with it (`--encoder-syntax pascal`).

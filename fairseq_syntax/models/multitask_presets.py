@@ -1,8 +1,8 @@
 """Architectures for the multi-task baseline of Currey & Heafield (2019): a stock fairseq `transformer` trained on
-a multi-task data-bin (`fairseq-syntax-preprocess --multitask-parse`, README "The multi-task baseline"), where it learns
-to translate (`<translate>` source `<translate>`) and to parse the source into its linearized dependency tree
-(`<parse>` source `<parse>`). The method is all in the data, so these are the vanilla sizes under the method's name:
-the model gets plain batches (`--task syntax_translation`, no syntax features)."""
+a multi-task data-bin (`fairseq-syntax-preprocess --multitask-parse`, docs/methods.md, "The multi-task baseline"),
+where it learns to translate (`<translate>` source `<translate>`) and to parse the source into its linearized
+dependency tree (`<parse>` source `<parse>`). The method is all in the data, so these are the vanilla sizes under
+the method's name: the model gets plain batches (`--task syntax_translation`, no syntax features)."""
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de
 

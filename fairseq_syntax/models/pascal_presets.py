@@ -7,7 +7,7 @@ schedule with 8,000 warm-up steps, label smoothing 0.1, batches of 32K tokens, 2
 small corpora (NC11, WMT18 En-Tr), 100K updates (dropout 0.1, Transformer base's) on the large ones, beam 4 with
 length penalty 0.6. An architecture preset can only hold the model's part (`transformer_pascal_<corpus>`: h_P, q,
 dropout); `paper_training_options(corpus)` gives the fairseq-train options of the rest, PAPER_GENERATION_OPTIONS
-those of fairseq-generate (README, "PASCAL")."""
+those of fairseq-generate (docs/methods.md, "PASCAL")."""
 from dataclasses import dataclass
 from typing import List
 
