@@ -14,7 +14,9 @@ import fairseq_syntax  # noqa: F401
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
-from fairseq_syntax.models.dyn_stgcd import ABLATIONS, GRAPH_LOSS, gold_target_graph, predicted_tree
+from fairseq_syntax.models.dyn_stgcd import GRAPH_LOSS
+from fairseq_syntax.modules.spatial_temporal_block import ABLATIONS
+from fairseq_syntax.modules.target_graph import gold_target_graph, predicted_tree
 
 from .helpers import USER_DIR, assert_incremental_decoding_equals_full, run_cli, write_ewt_sample
 

@@ -16,7 +16,8 @@ import torch
 
 from fairseq_syntax.data.channels import SentenceSyntax
 from fairseq_syntax.data.features import collate_features
-from fairseq_syntax.models.dyn_stgcd import gold_target_graph, graph_loss, parse_hidden_graphs, piece_graph
+from fairseq_syntax.models.dyn_stgcd import parse_hidden_graphs
+from fairseq_syntax.modules.target_graph import gold_target_graph, graph_loss, piece_graph
 from fairseq_syntax.modules.dynamic_gcn import (
     DynamicGCN, EvolvingWeight, GraphAttentionCoefficients, normalized_propagation,
 )

@@ -33,22 +33,18 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder
 from fairseq.modules import PositionalEmbedding
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..data.transitions import WORD_MARK
-from ..modules.dependency_graph import piece_arcs, subword_label
-from ..modules.dynamic_gcn import DynamicGCN, DynamicGCNState
-from ..modules.random_walk_kernel import RandomWalkKernel
-from ..modules.temporal_convolution import TemporalConvolution
+from ..modules.dynamic_gcn import DynamicGCNState
+from ..modules.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
+from ..modules.target_graph import gold_target_graph, graph_loss, piece_graph, predicted_tree
 from .decoders import register_decoder
 
 GRAPH_LOSS = "target_graph"
 BLOCK_STACKED = ("source_keys", "source_values")  # context entries (blocks, B, ...)
-ABLATIONS = ("no_spatial", "no_temporal", "static_weight", "static_adjacency")
 STATE_KEY = "dyn_stgcd"
 
 
@@ -64,164 +60,6 @@ def parse_hidden_graphs(spec: str) -> List[Tuple[int, int]]:
             raise ValueError(f"--dyn-stgcd-hidden-graphs {spec!r}: every group needs at least one graph of one node")
         groups.append((count, nodes))
     return groups
-
-
-def piece_graph(parent_first: Tensor, word_ids: Tensor, root_column: Optional[int] = None) -> Tensor:
-    """(B, T, T) float32 head graph of pieces, one head per piece (appendix B.1: "all subunits from one word are
-    linked to the first unit"): [b, dependent, head] = 1 where a word's first piece has the first piece of its head
-    word as head, and a later piece its own word's first piece (the arcs of modules/dependency_graph.piece_arcs,
-    whose dependency arcs reach every piece of a word, keeping those into first pieces); with `root_column`, the
-    root word's first piece has that column as head."""
-    batch, width = word_ids.shape
-    arcs = piece_arcs(parent_first, torch.zeros_like(word_ids), word_ids, num_labels=1)
-    later = torch.zeros(batch, width, dtype=torch.bool, device=word_ids.device)
-    inside = arcs.label == subword_label(1)
-    later[arcs.batch[inside], arcs.dependent[inside]] = True
-    keep = inside | ~later[arcs.batch, arcs.dependent]
-    graph = torch.zeros(batch, width, width, device=word_ids.device)
-    graph[arcs.batch[keep], arcs.dependent[keep], arcs.head[keep]] = 1.0
-    if root_column is not None:
-        columns = torch.arange(width, device=word_ids.device).expand(batch, width)
-        # the root's pieces point at its first piece (its self-parent): that first piece is the one at itself
-        root_first = (word_ids >= 0) & (parent_first == columns)
-        rows, dependents = root_first.nonzero(as_tuple=True)
-        graph[rows, dependents, root_column] = 1.0
-    return graph
-
-
-def gold_target_graph(prev_parent_first: Tensor, prev_word_ids: Tensor, node_mask: Tensor) -> Tensor:
-    """A* of eq. 9 over the decoder columns: the piece graph with the root under BOS (column 0), and 1 on the
-    diagonal of every real node (A_{-1} = I: a node's self-connection is part of the graph)."""
-    graph = piece_graph(prev_parent_first, prev_word_ids, root_column=0)
-    return torch.maximum(graph, torch.diag_embed(node_mask.float()))
-
-
-def graph_loss(predicted: Tensor, gold: Tensor, node_mask: Tensor) -> Tensor:
-    """Eq. 9 at one step: smooth-L1 (A.4) between predicted and gold adjacency (B, n, n), averaged over the real
-    entries of each sentence: (B,)."""
-    real = node_mask.float()
-    entries = real.unsqueeze(2) * real.unsqueeze(1)
-    distance = F.smooth_l1_loss(predicted.float(), gold.float(), reduction="none", beta=1.0) * entries
-    return distance.sum(dim=(1, 2)) / entries.sum(dim=(1, 2)).clamp(min=1.0)
-
-
-def predicted_tree(adjacency: Tensor, pieces: Sequence[str]) -> Tuple[List[List[str]], List[int]]:
-    """A hypothesis's predicted graph as a tree over its words: `adjacency` (n + 1, n + 1) over BOS and its n
-    pieces, words = the pieces from one that begins with U+2581 to the next (the output's whitespace tokens); a
-    word's head is the word holding the argmax of its first piece's row over the columns outside the word (BOS:
-    the root, 0). Gives (the pieces of each word, 1-based heads): the caller spells the words with its
-    segmenter; unlabeled, and not checked to be a tree (the scorer scores any heads)."""
-    starts = [c for c, piece in enumerate(pieces) if c == 0 or piece.startswith(WORD_MARK)]
-    ends = starts[1:] + [len(pieces)]
-    word_of = torch.zeros(len(pieces) + 1, dtype=torch.long)  # column -> 1-based word, 0 for BOS
-    for w, (start, end) in enumerate(zip(starts, ends)):
-        word_of[1 + start:1 + end] = w + 1
-    row_scores = adjacency.float().cpu()
-    heads = []
-    for w, start in enumerate(starts):
-        scores = row_scores[1 + start].masked_fill(word_of == w + 1, float("-inf"))
-        heads.append(int(word_of[int(scores.argmax())]))
-    return [list(pieces[start:end]) for start, end in zip(starts, ends)], heads
-
-
-class MLP(nn.Sequential):
-    def __init__(self, in_dim: int, dim: int, dropout: float):
-        super().__init__(nn.Linear(in_dim, dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, dim))
-
-
-class WalkFeatures(nn.Module):
-    """R of a graph: the kernels of every hidden-graph group, concatenated and LayerNorm-ed, (B, sum K (P + 1))."""
-
-    def __init__(self, embed_dim: int, groups: Sequence[Tuple[int, int]], max_step: int):
-        super().__init__()
-        self.kernels = nn.ModuleList(RandomWalkKernel(embed_dim, count, nodes, max_step) for count, nodes in groups)
-        self.dim = sum(count for count, _ in groups) * (max_step + 1)
-        self.norm = nn.LayerNorm(self.dim)
-
-    def forward(self, nodes: Tensor, adjacency: Tensor, node_mask: Tensor) -> Tensor:
-        walks = torch.cat([kernel(nodes, adjacency, node_mask).flatten(1) for kernel in self.kernels], dim=1)
-        # in float32 like the kernel (walk counts grow with P and N), whatever the model's dtype
-        normed = F.layer_norm(walks, (self.dim,), self.norm.weight.float(), self.norm.bias.float(), self.norm.eps)
-        return normed.to(nodes.dtype)
-
-
-class SourceAttention(nn.Module):
-    """Multi-head attention of the nodes (B, n, G) to the encoder output, whose keys and values are projected once
-    per sentence (`project`, in the source context) rather than at every step of every block."""
-
-    def __init__(self, dim: int, encoder_dim: int, heads: int, dropout: float):
-        super().__init__()
-        if dim % heads:
-            raise ValueError(f"Dyn-STGCD: the node width {dim} is not a multiple of --decoder-attention-heads {heads}")
-        self.heads, self.dropout = heads, dropout
-        self.query, self.out = nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.key, self.value = nn.Linear(encoder_dim, dim), nn.Linear(encoder_dim, dim)
-
-    def split(self, x: Tensor) -> Tensor:  # (B, L, G) -> (B, heads, L, G / heads)
-        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
-
-    def project(self, encoder: Tensor) -> Tuple[Tensor, Tensor]:
-        """encoder (S, B, C) -> keys, values (B, heads, S, G / heads)."""
-        source = encoder.transpose(0, 1)
-        return self.split(self.key(source)), self.split(self.value(source))
-
-    def forward(self, nodes: Tensor, keys: Tensor, values: Tensor, padding: Optional[Tensor]) -> Tensor:
-        allowed = None if padding is None else ~padding.view(padding.size(0), 1, 1, -1)
-        out = F.scaled_dot_product_attention(self.split(self.query(nodes)), keys, values, attn_mask=allowed,
-                                             dropout_p=self.dropout if self.training else 0.0)
-        return self.out(out.transpose(1, 2).reshape(nodes.shape))
-
-
-class Block(nn.Module):
-    """One spatial-then-temporal block (position `index` of `count`); `ablations`: the paper's Figure 5 rows
-    ("no_spatial": eq. 8's MLP on the block's input, no graph convolution, the identity as adjacency;
-    "no_temporal"; "static_weight"; "static_adjacency")."""
-
-    def __init__(self, index: int, count: int, dim: int, encoder_dim: int, heads: int, kernel_size: int,
-                 dropout: float, attention_dropout: float, encoder_attention: bool, walk_dims: int,
-                 target_walks: Optional[WalkFeatures], ablations: Sequence[str] = ()):
-        super().__init__()
-        self.index, self.first, self.last = index, index == 0, index == count - 1
-        self.spatial = "no_spatial" not in ablations
-        self.gcn = DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
-                              dynamic_adjacency="static_adjacency" not in ablations)
-        in_dim = dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
-        self.mlp = MLP(in_dim, dim, dropout)
-        self.target_walks = target_walks
-        self.encoder_attention = None
-        if encoder_attention:
-            self.encoder_attention = SourceAttention(dim, encoder_dim, heads, attention_dropout)
-            self.attention_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
-        self.temporal = (TemporalConvolution(dim, kernel_size, dilation=2 ** index, dropout=dropout)
-                         if "no_temporal" not in ablations else None)
-
-    def forward(self, inputs: Tensor, node_mask: Tensor, state: DynamicGCNState, context: Dict[str, Tensor],
-                gold_previous: Optional[Tensor]):
-        if self.spatial:
-            convolved, adjacency, weight = self.gcn.step(inputs, node_mask, state, context["sog"], gold_previous)
-        else:
-            n = inputs.size(1)
-            convolved, weight = inputs, state.weight
-            adjacency = torch.diag_embed(node_mask.float()) if n else inputs.new_zeros(inputs.size(0), 0, 0)
-        parts = [convolved]
-        if self.first:
-            parts.append(context["embeddings"])
-        if self.last:
-            n = convolved.size(1)
-            walks = [context["source_walks"]] if "source_walks" in context else []
-            if self.target_walks is not None:
-                walks.append(self.target_walks(convolved, adjacency, node_mask))
-            parts.extend(w.unsqueeze(1).expand(-1, n, -1) for w in walks)
-        y = self.mlp(torch.cat(parts, dim=-1))
-        if self.encoder_attention is not None:
-            keys, values = context["source_keys"][self.index], context["source_values"][self.index]
-            attended = self.encoder_attention(self.attention_norm(y), keys, values,
-                                              context.get("encoder_padding_mask"))
-            y = y + self.dropout(attended)
-        if self.temporal is not None:
-            y = self.temporal(y, node_mask, adjacency)
-        return y, adjacency, self.gcn.next_state(state, adjacency, weight, y)
 
 
 @register_decoder("dyn_stgcd")

@@ -1,0 +1,115 @@
+"""One block of the Dyn-STGCD decoder (Li et al., §3.3-3.4): the spatial layer (the dynamic GCN, then eq. 8's MLP,
+with the random-walk features of the target and source graphs in the last block), attention to the encoder output,
+and the temporal layer; and the parts only it uses (models/dyn_stgcd.py runs the blocks step by step)."""
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .dynamic_gcn import DynamicGCN, DynamicGCNState
+from .random_walk_kernel import RandomWalkKernel
+from .temporal_convolution import TemporalConvolution
+
+ABLATIONS = ("no_spatial", "no_temporal", "static_weight", "static_adjacency")  # the paper's Figure 5 rows
+
+
+class MLP(nn.Sequential):
+    def __init__(self, in_dim: int, dim: int, dropout: float):
+        super().__init__(nn.Linear(in_dim, dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, dim))
+
+
+class WalkFeatures(nn.Module):
+    """R of a graph: the kernels of every hidden-graph group, concatenated and LayerNorm-ed, (B, sum K (P + 1))."""
+
+    def __init__(self, embed_dim: int, groups: Sequence[Tuple[int, int]], max_step: int):
+        super().__init__()
+        self.kernels = nn.ModuleList(RandomWalkKernel(embed_dim, count, nodes, max_step) for count, nodes in groups)
+        self.dim = sum(count for count, _ in groups) * (max_step + 1)
+        self.norm = nn.LayerNorm(self.dim)
+
+    def forward(self, nodes: Tensor, adjacency: Tensor, node_mask: Tensor) -> Tensor:
+        walks = torch.cat([kernel(nodes, adjacency, node_mask).flatten(1) for kernel in self.kernels], dim=1)
+        # in float32 like the kernel (walk counts grow with P and N), whatever the model's dtype
+        normed = F.layer_norm(walks, (self.dim,), self.norm.weight.float(), self.norm.bias.float(), self.norm.eps)
+        return normed.to(nodes.dtype)
+
+
+class SourceAttention(nn.Module):
+    """Multi-head attention of the nodes (B, n, G) to the encoder output, whose keys and values are projected once
+    per sentence (`project`, in the source context) rather than at every step of every block."""
+
+    def __init__(self, dim: int, encoder_dim: int, heads: int, dropout: float):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"Dyn-STGCD: the node width {dim} is not a multiple of --decoder-attention-heads {heads}")
+        self.heads, self.dropout = heads, dropout
+        self.query, self.out = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.key, self.value = nn.Linear(encoder_dim, dim), nn.Linear(encoder_dim, dim)
+
+    def split(self, x: Tensor) -> Tensor:  # (B, L, G) -> (B, heads, L, G / heads)
+        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+
+    def project(self, encoder: Tensor) -> Tuple[Tensor, Tensor]:
+        """encoder (S, B, C) -> keys, values (B, heads, S, G / heads)."""
+        source = encoder.transpose(0, 1)
+        return self.split(self.key(source)), self.split(self.value(source))
+
+    def forward(self, nodes: Tensor, keys: Tensor, values: Tensor, padding: Optional[Tensor]) -> Tensor:
+        allowed = None if padding is None else ~padding.view(padding.size(0), 1, 1, -1)
+        out = F.scaled_dot_product_attention(self.split(self.query(nodes)), keys, values, attn_mask=allowed,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.out(out.transpose(1, 2).reshape(nodes.shape))
+
+
+class Block(nn.Module):
+    """One spatial-then-temporal block (position `index` of `count`); `ablations`: the paper's Figure 5 rows
+    ("no_spatial": eq. 8's MLP on the block's input, no graph convolution, the identity as adjacency;
+    "no_temporal"; "static_weight"; "static_adjacency")."""
+
+    def __init__(self, index: int, count: int, dim: int, encoder_dim: int, heads: int, kernel_size: int,
+                 dropout: float, attention_dropout: float, encoder_attention: bool, walk_dims: int,
+                 target_walks: Optional[WalkFeatures], ablations: Sequence[str] = ()):
+        super().__init__()
+        self.index, self.first, self.last = index, index == 0, index == count - 1
+        self.spatial = "no_spatial" not in ablations
+        self.gcn = DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
+                              dynamic_adjacency="static_adjacency" not in ablations)
+        in_dim = dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
+        self.mlp = MLP(in_dim, dim, dropout)
+        self.target_walks = target_walks
+        self.encoder_attention = None
+        if encoder_attention:
+            self.encoder_attention = SourceAttention(dim, encoder_dim, heads, attention_dropout)
+            self.attention_norm = nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+        self.temporal = (TemporalConvolution(dim, kernel_size, dilation=2 ** index, dropout=dropout)
+                         if "no_temporal" not in ablations else None)
+
+    def forward(self, inputs: Tensor, node_mask: Tensor, state: DynamicGCNState, context: Dict[str, Tensor],
+                gold_previous: Optional[Tensor]):
+        if self.spatial:
+            convolved, adjacency, weight = self.gcn.step(inputs, node_mask, state, context["sog"], gold_previous)
+        else:
+            n = inputs.size(1)
+            convolved, weight = inputs, state.weight
+            adjacency = torch.diag_embed(node_mask.float()) if n else inputs.new_zeros(inputs.size(0), 0, 0)
+        parts = [convolved]
+        if self.first:
+            parts.append(context["embeddings"])
+        if self.last:
+            n = convolved.size(1)
+            walks = [context["source_walks"]] if "source_walks" in context else []
+            if self.target_walks is not None:
+                walks.append(self.target_walks(convolved, adjacency, node_mask))
+            parts.extend(w.unsqueeze(1).expand(-1, n, -1) for w in walks)
+        y = self.mlp(torch.cat(parts, dim=-1))
+        if self.encoder_attention is not None:
+            keys, values = context["source_keys"][self.index], context["source_values"][self.index]
+            attended = self.encoder_attention(self.attention_norm(y), keys, values,
+                                              context.get("encoder_padding_mask"))
+            y = y + self.dropout(attended)
+        if self.temporal is not None:
+            y = self.temporal(y, node_mask, adjacency)
+        return y, adjacency, self.gcn.next_state(state, adjacency, weight, y)
