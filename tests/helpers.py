@@ -93,6 +93,21 @@ def write_ewt_sample(data_root: Path, out: Path, train: int, valid: int) -> Path
     return out
 
 
+def four_hypotheses_of_one_source(task, model, columns: int):
+    """The 4 longest valid targets cut to `columns`, as the hypotheses of one source sentence (the first one's, as
+    beam search holds them: fairseq keeps one encoder output per sentence): (prefixes (4, columns), encoder_out)."""
+    import torch
+
+    dataset = task.dataset("valid")
+    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
+    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
+    prefixes = net_input["prev_output_tokens"][:, :columns]
+    assert prefixes.ne(task.target_dictionary.pad()).all()
+    with torch.no_grad():
+        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
+        return prefixes, model.encoder(**source)
+
+
 def assert_incremental_decoding_equals_full(decoder, prefixes, encoder_out, reorder_at: int, name: str = ""):
     """Step-by-step decoding of `prefixes` (4 rows, no padding) with fairseq's incremental state gives what the
     decoder gives on the whole prefixes, also when beam search moves the hypotheses between rows (at step

@@ -18,7 +18,9 @@ from fairseq_syntax.models.dyn_stgcd import GRAPH_LOSS
 from fairseq_syntax.modules.spatial_temporal_block import ABLATIONS
 from fairseq_syntax.modules.target_graph import gold_target_graph, predicted_tree
 
-from .helpers import USER_DIR, assert_incremental_decoding_equals_full, run_cli, write_ewt_sample
+from .helpers import (
+    USER_DIR, assert_incremental_decoding_equals_full, four_hypotheses_of_one_source, run_cli, write_ewt_sample,
+)
 
 TRAIN, VALID = 60, 12
 
@@ -64,15 +66,9 @@ def test_incremental_generation_equals_full_scoring_and_nothing_reads_ahead(pars
     6 changes nothing at columns 0..6 (nodes join the graph in order and no step reads a later node)."""
     _, destdir = parsed_bin
     task, model = build(destdir)
-    dataset = task.dataset("valid")
-    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
-    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
-    prev = net_input["prev_output_tokens"][:, :12]
-    assert prev.ne(task.target_dictionary.pad()).all()
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 12)
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="dyn_stgcd")
     with torch.no_grad():
-        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
-        encoder_out = model.encoder(**source)
-        assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="dyn_stgcd")
         full, _ = model.decoder(prev, encoder_out=encoder_out)
         changed = prev.clone()
         changed[:, 7:] = (changed[:, 7:] + 5) % len(task.target_dictionary)
@@ -260,18 +256,6 @@ def test_predicted_tree_reads_heads_from_first_pieces_rows():
     assert words == [["\u2581The"], ["\u2581do", "gs"], ["\u2581bark"]] and heads == [2, 3, 0]
 
 
-def incremental_check(task, model):
-    dataset = task.dataset("valid")
-    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
-    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
-    prev = net_input["prev_output_tokens"][:, :10]
-    with torch.no_grad():
-        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
-        encoder_out = model.encoder(**source)
-        assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=5)
-        return prev, encoder_out
-
-
 @pytest.mark.parametrize("ablation", ABLATIONS)
 def test_each_ablation_does_what_it_says_and_decodes_incrementally(parsed_bin, ablation):
     """The paper's Figure 5 rows as switches: static_weight keeps W_{-1} at every step; static_adjacency gives
@@ -280,7 +264,8 @@ def test_each_ablation_does_what_it_says_and_decodes_incrementally(parsed_bin, a
     step by step as it scores whole."""
     _, destdir = parsed_bin
     task, model = build(destdir, "--dyn-stgcd-ablations", ablation)
-    prev, encoder_out = incremental_check(task, model)
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 10)
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=5, name=ablation)
     decoder = model.decoder
     with torch.no_grad():
         context = decoder.source_context(encoder_out)

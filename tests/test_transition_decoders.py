@@ -24,7 +24,7 @@ from fairseq_syntax.modules.mechanisms import DECODER_CONTEXT
 from fairseq_syntax.modules.parent import ParentAttention
 
 from .devices import on
-from .helpers import USER_DIR, assert_incremental_decoding_equals_full, run_cli
+from .helpers import USER_DIR, assert_incremental_decoding_equals_full, four_hypotheses_of_one_source, run_cli
 from .test_transition_decoding import batches, transition_bin  # noqa: F401  (module fixture: EWT as the target)
 from .test_transitions import PAPER_TOKENS
 
@@ -237,14 +237,7 @@ def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training
     from .test_transition_decoding import build
     task, model, _ = build(destdir, "--arch", "transformer_linearized_tiny", "--decoder-syntax", "parent,gcn",
                            "--dropout", "0")
-    dataset = task.dataset("valid")
-    longest = sorted(range(len(dataset)), key=lambda i: -len(dataset[i]["target"]))[:4]
-    net_input = dataset.collater([dataset[i] for i in longest])["net_input"]
-    prev = net_input["prev_output_tokens"][:, :12]
-    assert prev.ne(task.target_dictionary.pad()).all()
-    with torch.no_grad():
-        source = {k: v[:1].expand(4, *v.shape[1:]) for k, v in net_input.items() if k != "prev_output_tokens"}
-        encoder_out = model.encoder(**source)
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 12)
     assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6)
 
 
