@@ -93,6 +93,21 @@ def write_ewt_sample(data_root: Path, out: Path, train: int, valid: int) -> Path
     return out
 
 
+def cli_common(destdir, source="de", target="en") -> list:
+    """The data-bin, plugin and task arguments every fairseq CLI call of a test starts with (CPU, no workers)."""
+    return [destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", source, "-t", target, "--cpu",
+            "--num-workers", "0"]
+
+
+def train_few_updates(destdir, save_dir, *options, updates: int = 3, max_tokens: int = 1500):
+    """fairseq-train `updates` updates (adam, the syntax criterion, shared embeddings, the loss logged at every
+    update, seed 3) with `options` (the architecture); the finished process (stdout + stderr hold the log)."""
+    return run_cli("fairseq-train", *cli_common(destdir), *options, "--optimizer", "adam", "--lr", "0.002",
+                   "--max-tokens", str(max_tokens), "--max-update", str(updates), "--criterion",
+                   "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--share-all-embeddings",
+                   "--save-dir", save_dir, "--no-progress-bar", "--log-interval", "1", "--seed", "3")
+
+
 def four_hypotheses_of_one_source(task, model, columns: int):
     """The 4 longest valid targets cut to `columns`, as the hypotheses of one source sentence (the first one's, as
     beam search holds them: fairseq keeps one encoder output per sentence): (prefixes (4, columns), encoder_out)."""

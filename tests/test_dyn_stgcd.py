@@ -19,7 +19,8 @@ from fairseq_syntax.modules.spatial_temporal_block import ABLATIONS
 from fairseq_syntax.modules.target_graph import gold_target_graph, predicted_tree
 
 from .helpers import (
-    USER_DIR, assert_incremental_decoding_equals_full, four_hypotheses_of_one_source, run_cli, write_ewt_sample,
+    USER_DIR, assert_incremental_decoding_equals_full, cli_common, four_hypotheses_of_one_source, run_cli,
+    train_few_updates, write_ewt_sample,
 )
 
 TRAIN, VALID = 60, 12
@@ -204,18 +205,13 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
     """fairseq-train 3 updates (finite losses, the graph loss logged) and fairseq-generate with beam 3 on valid:
     a hypothesis for every sentence."""
     _, destdir = parsed_bin
-    common = [destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en", "--cpu",
-              "--num-workers", "0"]
-    result = run_cli("fairseq-train", *common, *arch, "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "800",
-                     "--max-update", "3", "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing",
-                     "0.1", "--share-all-embeddings", "--save-dir", tmp_path / "ckpt", "--no-progress-bar",
-                     "--log-interval", "1", "--seed", "3")
+    result = train_few_updates(destdir, tmp_path / "ckpt", *arch, max_tokens=800)
     log = result.stdout + result.stderr
     losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", log)]
     graph = [float(x) for x in re.findall(r"train_inner .* aux_target_graph=([0-9.]+)", log)]
     assert len(losses) == 3 and all(np.isfinite(losses)) and len(graph) == 3 and all(g > 0 for g in graph)
     trees = tmp_path / "trees.conllu"
-    generated = run_cli("fairseq-generate", *common, "--path", tmp_path / "ckpt" / "checkpoint_last.pt",
+    generated = run_cli("fairseq-generate", *cli_common(destdir), "--path", tmp_path / "ckpt" / "checkpoint_last.pt",
                         "--gen-subset", "valid", "--beam", "3", "--max-len-a", "0", "--max-len-b", "20",
                         "--trees-out", trees)
     detokenized = {int(m.group(1)): m.group(2) for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", generated.stdout, re.M)}

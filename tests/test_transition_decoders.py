@@ -24,7 +24,10 @@ from fairseq_syntax.modules.mechanisms import DECODER_CONTEXT
 from fairseq_syntax.modules.parent import ParentAttention
 
 from .devices import on
-from .helpers import USER_DIR, assert_incremental_decoding_equals_full, four_hypotheses_of_one_source, run_cli
+from .helpers import (
+    assert_incremental_decoding_equals_full, cli_common, four_hypotheses_of_one_source, run_cli,
+    train_few_updates,
+)
 from .test_transition_decoding import batches, transition_bin  # noqa: F401  (module fixture: EWT as the target)
 from .test_transitions import PAPER_TOKENS
 
@@ -255,12 +258,8 @@ def test_train_generate_and_trees_through_the_cli(transition_bin, tmp_path, arch
     computed here from the tokens). Plain BiTran and the other switches are built from the same command-line
     options in the in-process tests above."""
     raw, destdir, _ = transition_bin
-    common = [destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t", "en", "--cpu",
-              "--num-workers", "0"]
-    result = run_cli("fairseq-train", *common, *arch, "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "1500",
-                     "--max-update", "3", "--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing",
-                     "0.1", "--share-all-embeddings", "--save-dir", tmp_path / "ckpt", "--no-progress-bar",
-                     "--log-interval", "1", "--seed", "3")
+    common = cli_common(destdir)
+    result = train_few_updates(destdir, tmp_path / "ckpt", *arch)
     losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", result.stdout + result.stderr)]
     assert len(losses) == 3 and all(np.isfinite(losses))
     trees = tmp_path / "trees.conllu"
