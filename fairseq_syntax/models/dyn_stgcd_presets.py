@@ -11,11 +11,8 @@
                        nodes
 Any encoder mechanism combines with it (`--encoder-syntax pascal`).
 """
-from fairseq.models import register_model_architecture
-from fairseq.models.transformer.transformer_legacy import base_architecture
-
-from .sizes import MULTI30K, TINY, set_default, set_sizes
-from .syntax_transformer import syntax_defaults
+from .sizes import MULTI30K, TINY, Preset, register_family
+from .syntax_transformer import base_syntax_transformer
 
 PAPER_BASE = dict(layers=6, embed_dim=512, ffn_embed_dim=2048, heads=4, dropout=0.1)
 SIZES = {  # size -> (encoder and embedding sizes, decoder blocks, graph width, hidden graphs)
@@ -25,24 +22,13 @@ SIZES = {  # size -> (encoder and embedding sizes, decoder blocks, graph width, 
 }
 
 
-def _register(suffix: str):
-    sizes, blocks, graph_dim, hidden_graphs = SIZES[suffix]
-
-    def architecture(args):
-        set_default(args, "decoder_layers", blocks)
-        set_sizes(args, **sizes)
-        set_default(args, "decoder_type", "dyn_stgcd")
-        set_default(args, "dyn_stgcd_graph_dim", graph_dim)
-        set_default(args, "dyn_stgcd_hidden_graphs", hidden_graphs)
-        set_default(args, "dyn_stgcd_walk_steps", 1)
-        set_default(args, "dyn_stgcd_kernel_size", 3)
-        set_default(args, "dyn_stgcd_graph_loss_weight", 1.0)
-        syntax_defaults(args)
-        base_architecture(args)
-
-    architecture.__doc__ = f"Dyn-STGCD decoder, {blocks} blocks of {graph_dim}-wide nodes, encoder {sizes}"
-    register_model_architecture("syntax_transformer", f"dyn_stgcd{suffix}")(architecture)
+def _preset(sizes, blocks: int, graph_dim: int, hidden_graphs: str) -> Preset:
+    """The decoder's blocks are the preset's own defaults, so they win over the layers of `sizes`."""
+    return Preset(f"Dyn-STGCD decoder, {blocks} blocks of {graph_dim}-wide nodes, encoder {sizes}", sizes,
+                  dict(decoder_layers=blocks, dyn_stgcd_graph_dim=graph_dim, dyn_stgcd_hidden_graphs=hidden_graphs))
 
 
-for _suffix in SIZES:
-    _register(_suffix)
+register_family("syntax_transformer", "dyn_stgcd", {suffix: _preset(*row) for suffix, row in SIZES.items()},
+                base=base_syntax_transformer,
+                defaults=dict(decoder_type="dyn_stgcd", dyn_stgcd_walk_steps=1, dyn_stgcd_kernel_size=3,
+                              dyn_stgcd_graph_loss_weight=1.0))

@@ -25,12 +25,14 @@ Decoder input and output embeddings have the embedding size (so --share-all-embe
 dictionary). The _multi30k and _tiny presets take the GRU form too: they are the paper's rows at other sizes, and
 the comparison (examples/multi30k/systems.py) and the tests should run what the paper runs.
 """
+from functools import partial
+
 from fairseq.models import register_model_architecture
 from fairseq.models.lstm import base_architecture
 from omegaconf import OmegaConf
 
 from ..modules.graph_convolution import upgrade_option_names
-from .sizes import set_default as _set_default
+from .sizes import Preset, register_family, set_default as _set_default
 from .syntax_lstm import SyntaxLSTMModel  # noqa: F401  (the model is registered before its architectures)
 
 BASE = dict(embed_dim=256, hidden_size=512, decoder_hidden_size=512, dropout=0.2)
@@ -67,7 +69,8 @@ def set_rnn_sizes(args, embed_dim, hidden_size, decoder_hidden_size, dropout, la
     _set_default(args, "dropout", dropout)
 
 
-def _preset(args, layer, sizes, layers=1):
+def _recurrent(layer, args):
+    """The family's defaults (its syntax layer and that layer's), then fairseq's lstm base architecture."""
     upgrade_option_names(args)  # a checkpoint of the old option names: its values, not these defaults
     _set_default(args, "lstm_syntax", layer)
     if layer == "gcn":
@@ -76,71 +79,48 @@ def _preset(args, layer, sizes, layers=1):
         _set_default(args, "rgse_variant", "bi-total")
         _set_default(args, "rgse_integration", "gated")
         _set_default(args, "rgse_residual", "gated")
-    set_rnn_sizes(args, **sizes, layers=layers)
     base_architecture(args)
 
 
-def _register(name, function):
-    """The preset under its `lstm_*` name and its `rnn_*` alias."""
-    register_model_architecture("syntax_lstm", name)(function)
-    register_model_architecture("syntax_lstm", "rnn_" + name[len("lstm_"):])(function)
-    return function
+def _register(prefix, layer, presets):
+    """The family's presets (sized by set_rnn_sizes) under their `lstm_*` names and their `rnn_*` aliases."""
+    registered = register_family("syntax_lstm", prefix, presets, base=partial(_recurrent, layer),
+                                 size_setter=set_rnn_sizes)
+    for name, function in registered.items():
+        register_model_architecture("syntax_lstm", "rnn_" + name[len("lstm_"):])(function)
+    return registered.values()
 
 
 # ---- Bi-RNN + GCN ------------------------------------------------------------------------------------------------
 
-def lstm_gcn(args):
-    """Bi-RNN + GCN: 1-layer BiGRU (256 / 512 per direction), h~ + GCN(h~), GRU decoder of 512."""
-    _preset(args, "gcn", BASE)
-
-
-def lstm_gcn_multi30k(args):
-    """Bi-RNN + GCN sized for ~30k sentence pairs: 256 / 256 per direction / decoder 512, dropout 0.3."""
-    _preset(args, "gcn", MULTI30K)
-
-
-def lstm_gcn_tiny(args):
-    """For tests: 32 / 32 per direction / decoder 64."""
-    _preset(args, "gcn", TINY)
+lstm_gcn, lstm_gcn_multi30k, lstm_gcn_tiny = _register("lstm_gcn", "gcn", {
+    "": Preset("Bi-RNN + GCN: 1-layer BiGRU (256 / 512 per direction), h~ + GCN(h~), GRU decoder of 512.", BASE),
+    "_multi30k": Preset("Bi-RNN + GCN sized for ~30k sentence pairs: 256 / 256 per direction / decoder 512, dropout "
+                        "0.3.", MULTI30K),
+    "_tiny": Preset("For tests: 32 / 32 per direction / decoder 64.", TINY),
+})
 
 
 # ---- Bi-RNN + RGSE -----------------------------------------------------------------------------------------------
 
-def lstm_rgse(args):
-    """Bi-RNN + RGSE: 1-layer BiGRU (256 / 512 per direction), RGSE over h~ (1024), GRU decoder of 512;
-    bi-total, gated integration, gated residual unless --rgse-* say otherwise."""
-    _preset(args, "rgse", BASE)
-
-
-def lstm_rgse_multi30k(args):
-    """Bi-RNN + RGSE sized for ~30k sentence pairs: 256 / 256 per direction / decoder 512, dropout 0.3."""
-    _preset(args, "rgse", MULTI30K)
-
-
-def lstm_rgse_tiny(args):
-    """For tests: 32 / 32 per direction / decoder 64."""
-    _preset(args, "rgse", TINY)
+lstm_rgse, lstm_rgse_multi30k, lstm_rgse_tiny = _register("lstm_rgse", "rgse", {
+    "": Preset("Bi-RNN + RGSE: 1-layer BiGRU (256 / 512 per direction), RGSE over h~ (1024), GRU decoder of 512; "
+               "bi-total, gated integration, gated residual unless --rgse-* say otherwise.", BASE),
+    "_multi30k": Preset("Bi-RNN + RGSE sized for ~30k sentence pairs: 256 / 256 per direction / decoder 512, "
+                        "dropout 0.3.", MULTI30K),
+    "_tiny": Preset("For tests: 32 / 32 per direction / decoder 64.", TINY),
+})
 
 
 # ---- the baseline: Bi-RNN (2 layers encoder), no syntax ----------------------------------------------------------
 
-def lstm_birnn2(args):
-    """Bi-RNN (2 layers encoder): 2-layer BiGRU (256 / 512 per direction), GRU decoder of 512, no syntax layer
-    (LSTM form: fairseq's `lstm`, 2-layer BiLSTM and a 2-layer decoder)."""
-    _preset(args, "none", BASE, layers=2)
-
-
-def lstm_birnn2_multi30k(args):
-    """The 2-layer baseline at the _multi30k sizes."""
-    _preset(args, "none", MULTI30K, layers=2)
-
-
-def lstm_birnn2_tiny(args):
-    """The 2-layer baseline at the _tiny sizes (tests)."""
-    _preset(args, "none", TINY, layers=2)
+lstm_birnn2, lstm_birnn2_multi30k, lstm_birnn2_tiny = _register("lstm_birnn2", "none", {
+    "": Preset("Bi-RNN (2 layers encoder): 2-layer BiGRU (256 / 512 per direction), GRU decoder of 512, no syntax "
+               "layer (LSTM form: fairseq's `lstm`, 2-layer BiLSTM and a 2-layer decoder).", dict(BASE, layers=2)),
+    "_multi30k": Preset("The 2-layer baseline at the _multi30k sizes.", dict(MULTI30K, layers=2)),
+    "_tiny": Preset("The 2-layer baseline at the _tiny sizes (tests).", dict(TINY, layers=2)),
+})
 
 
 PRESETS = (lstm_gcn, lstm_gcn_multi30k, lstm_gcn_tiny, lstm_rgse, lstm_rgse_multi30k, lstm_rgse_tiny, lstm_birnn2,
            lstm_birnn2_multi30k, lstm_birnn2_tiny)
-for _function in PRESETS:
-    _register(_function.__name__, _function)

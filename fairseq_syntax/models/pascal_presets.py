@@ -11,51 +11,8 @@ those of fairseq-generate (docs/methods.md, "PASCAL")."""
 from dataclasses import dataclass
 from typing import List
 
-from fairseq.models import register_model_architecture
-from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de
-
-from .sizes import MULTI30K, TINY, set_default as _set_default, set_sizes as _set_sizes
-from .syntax_transformer import syntax_defaults
-
-
-@register_model_architecture("syntax_transformer", "syntax_transformer")
-def syntax_transformer(args):
-    """A syntax transformer with no syntax mechanism: base sizes; choose mechanisms by option."""
-    syntax_defaults(args)
-    base_architecture(args)
-
-
-@register_model_architecture("syntax_transformer", "transformer_pascal")
-def transformer_pascal(args):
-    """Transformer base (6+6 layers, 512, 8 heads) with PASCAL in the first encoder layer, all heads, sigma^2=1."""
-    _set_default(args, "encoder_syntax", "pascal")
-    _set_default(args, "pascal_variance", 1.0)
-    _set_default(args, "parent_ignoring", 0.0)
-    syntax_defaults(args)
-    transformer_wmt_en_de(args)
-
-
-@register_model_architecture("syntax_transformer", "transformer_pascal_multi30k")
-def transformer_pascal_multi30k(args):
-    """Sized for ~30k sentence pairs (Multi30k): 3+3 layers, 256, FFN 1024, 4 heads, dropout 0.3; PASCAL on 2 of
-    the 4 heads of encoder layer 0, sigma^2 = 1, parent ignoring q = 0.3.
-
-    This project's own setting, not the paper's. Bugliarello & Okazaki's small-data models (NC11, Table 7) are base
-    transformers (6+6 layers, 512, 8 heads, dropout 0.3) with 2 of 8 heads PASCAL and q = 0.4 for En-De (8 of 8
-    and q = 0 for De-En). Here the model is smaller, half of the layer's heads are PASCAL (the paper's En-De: a
-    quarter) and q is 0.3 (the paper's En-De: 0.4); --pascal-heads and --parent-ignoring override both."""
-    _set_sizes(args, **MULTI30K)
-    _set_default(args, "pascal_heads", 2)
-    _set_default(args, "parent_ignoring", 0.3)
-    transformer_pascal(args)
-
-
-@register_model_architecture("syntax_transformer", "transformer_pascal_tiny")
-def transformer_pascal_tiny(args):
-    """For tests: 2+2 layers, 64 dims, 4 heads of which 2 are PASCAL."""
-    _set_sizes(args, **TINY)
-    _set_default(args, "pascal_heads", 2)
-    transformer_pascal(args)
+from .sizes import MULTI30K, TINY, Preset, register_family
+from .syntax_transformer import base_syntax_transformer
 
 
 # ---- the paper's settings (Table 7) ------------------------------------------------------------------------------
@@ -90,20 +47,33 @@ PAPER_WARMUP = 8_000
 PAPER_BATCH_TOKENS = 32_768  # "a batch size of 32K tokens", over the paper's 16 GPUs
 
 
-def _paper_preset(setting: PaperSetting):
-    def preset(args):
-        _set_default(args, "pascal_heads", setting.pascal_heads)
-        _set_default(args, "parent_ignoring", setting.parent_ignoring)
-        _set_default(args, "dropout", setting.dropout)
-        transformer_pascal(args)
-    return preset
+def _paper_preset(corpus: str, setting: PaperSetting) -> Preset:
+    return Preset(f"Table 7, {corpus}: Transformer base, PASCAL on {setting.pascal_heads} of the 8 heads of encoder "
+                  f"layer 0, sigma^2 = 1, q = {setting.parent_ignoring}, dropout {setting.dropout}.",
+                  defaults=dict(pascal_heads=setting.pascal_heads, parent_ignoring=setting.parent_ignoring,
+                                dropout=setting.dropout))
 
 
-for _corpus, _setting in PAPER_SETTINGS.items():
-    _preset = _paper_preset(_setting)
-    _preset.__doc__ = (f"Table 7, {_corpus}: Transformer base, PASCAL on {_setting.pascal_heads} of the 8 heads of "
-                       f"encoder layer 0, sigma^2 = 1, q = {_setting.parent_ignoring}, dropout {_setting.dropout}.")
-    register_model_architecture("syntax_transformer", f"transformer_pascal_{_corpus}")(_preset)
+# ---- the presets: the family's, this project's sizes, Table 7's (transformer_pascal_<corpus>) --------------------
+
+_PRESETS = register_family("syntax_transformer", "transformer_pascal", {
+    "": Preset("Transformer base (6+6 layers, 512, 8 heads) with PASCAL in the first encoder layer, all heads, "
+               "sigma^2=1."),
+    "_multi30k": Preset(
+        "Sized for ~30k sentence pairs (Multi30k): 3+3 layers, 256, FFN 1024, 4 heads, dropout 0.3; PASCAL on 2 of "
+        "the 4 heads of encoder layer 0, sigma^2 = 1, parent ignoring q = 0.3.\n\n"
+        "This project's own setting, not the paper's. Bugliarello & Okazaki's small-data models (NC11, Table 7) are "
+        "base transformers (6+6 layers, 512, 8 heads, dropout 0.3) with 2 of 8 heads PASCAL and q = 0.4 for En-De (8 "
+        "of 8 and q = 0 for De-En). Here the model is smaller, half of the layer's heads are PASCAL (the paper's "
+        "En-De: a quarter) and q is 0.3 (the paper's En-De: 0.4); --pascal-heads and --parent-ignoring override "
+        "both.",
+        MULTI30K, dict(pascal_heads=2, parent_ignoring=0.3)),
+    "_tiny": Preset("For tests: 2+2 layers, 64 dims, 4 heads of which 2 are PASCAL.", TINY, dict(pascal_heads=2)),
+    **{f"_{corpus}": _paper_preset(corpus, setting) for corpus, setting in PAPER_SETTINGS.items()},
+}, base=base_syntax_transformer, defaults=dict(encoder_syntax="pascal", pascal_variance=1.0, parent_ignoring=0.0))
+transformer_pascal = _PRESETS["transformer_pascal"]
+transformer_pascal_multi30k = _PRESETS["transformer_pascal_multi30k"]
+transformer_pascal_tiny = _PRESETS["transformer_pascal_tiny"]
 
 
 def paper_training_options(corpus: str, gpus: int = 1) -> List[str]:

@@ -1,5 +1,9 @@
-"""Model sizes shared by every family's presets, and the stock fairseq `transformer` at the same sizes, so a
-syntax method and its vanilla baseline differ only in the method (bench/ and examples/ compare them)."""
+"""Model sizes shared by every family's presets, the helper that registers a family's presets from one table
+(`register_family`), and the stock fairseq `transformer` at the shared sizes, so a syntax method and its vanilla
+baseline differ only in the method (bench/ and examples/ compare them)."""
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional
+
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture
 
@@ -25,15 +29,49 @@ def set_sizes(args, layers, embed_dim, ffn_embed_dim, heads, dropout):
     set_default(args, "dropout", dropout)
 
 
-@register_model_architecture("transformer", "transformer_multi30k")
-def transformer_multi30k(args):
-    """Vanilla fairseq transformer at the size of the *_multi30k syntax presets."""
-    set_sizes(args, **MULTI30K)
-    base_architecture(args)
+@dataclass(frozen=True)
+class Preset:
+    """One row of a family's table: what the preset is (its docstring), the sizes it sets (the size setter's
+    arguments, such as MULTI30K; None keeps the base architecture's, Transformer base for the syntax transformer) and
+    the defaults of its own (PASCAL's heads at one size, a paper's corpus setting)."""
+    doc: str
+    sizes: Optional[Mapping[str, Any]] = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
-@register_model_architecture("transformer", "transformer_tiny_vanilla")
-def transformer_tiny_vanilla(args):
-    """Vanilla fairseq transformer at the size of the *_tiny syntax presets (tests)."""
-    set_sizes(args, **TINY)
-    base_architecture(args)
+def register_family(model: str, prefix: str, presets: Mapping[str, Preset], base: Callable,
+                    defaults: Optional[Mapping[str, Any]] = None,
+                    size_setter: Callable = set_sizes) -> Dict[str, Callable]:
+    """Register the architecture `<prefix><suffix>` of `model` for each `suffix: Preset` of `presets` ("" names the
+    family's own preset, "_multi30k", "_tiny", ... its sizes). Each sets defaults, of which the first set wins (and
+    a command-line value wins over all): the preset's own defaults, then its sizes (`size_setter(args, **sizes)`),
+    then the family's `defaults`; then it calls `base` (the model's base architecture, or a function that sets what
+    needs code, such as renaming a checkpoint's old options first, and calls it). Returns {name: architecture
+    function}, in the table's order."""
+    registered = {}
+    for suffix, preset in presets.items():
+        name = prefix + suffix
+        registered[name] = register_model_architecture(model, name)(
+            _architecture(name, preset, base, defaults or {}, size_setter))
+    return registered
+
+
+def _architecture(name, preset: Preset, base, family_defaults, size_setter):
+    def architecture(args):
+        for option, value in preset.defaults.items():
+            set_default(args, option, value)
+        if preset.sizes is not None:
+            size_setter(args, **preset.sizes)
+        for option, value in family_defaults.items():
+            set_default(args, option, value)
+        base(args)
+
+    architecture.__name__ = architecture.__qualname__ = name
+    architecture.__doc__ = preset.doc
+    return architecture
+
+
+transformer_multi30k, transformer_tiny_vanilla = register_family("transformer", "transformer", {
+    "_multi30k": Preset("Vanilla fairseq transformer at the size of the *_multi30k syntax presets.", MULTI30K),
+    "_tiny_vanilla": Preset("Vanilla fairseq transformer at the size of the *_tiny syntax presets (tests).", TINY),
+}, base=base_architecture).values()

@@ -11,8 +11,8 @@ import argparse
 from typing import Dict, Optional
 
 import torch
-from fairseq.models import register_model
-from fairseq.models.transformer import TransformerEncoderBase, TransformerModel
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerEncoderBase, TransformerModel, base_architecture
 from omegaconf import OmegaConf
 from torch import Tensor
 
@@ -222,3 +222,10 @@ def syntax_defaults(args):
     args.decoder_syntax = getattr(args, "decoder_syntax", None) or "none"
     args.decoder_type = getattr(args, "decoder_type", None) or "transformer"
     args.bitran_prefixes = int(getattr(args, "bitran_prefixes", None) or 0)
+
+
+@register_model_architecture("syntax_transformer", "syntax_transformer")
+def base_syntax_transformer(args):
+    """A syntax transformer with no syntax mechanism: base sizes; choose mechanisms by option."""
+    syntax_defaults(args)
+    base_architecture(args)

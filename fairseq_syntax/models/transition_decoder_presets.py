@@ -12,11 +12,8 @@ Sizes: `_tiny` (tests), `_multi30k` (the comparison's size), `_medium` and `_lar
 give: Nematus' transformer defaults). The encoder is fairseq's (the paper's) unless an encoder mechanism is chosen
 (`--encoder-syntax pascal`, ...): every decoder combines with every encoder mechanism.
 """
-from fairseq.models import register_model_architecture
-from fairseq.models.transformer.transformer_legacy import base_architecture
-
-from .sizes import MULTI30K, TINY, set_default, set_sizes
-from .syntax_transformer import syntax_defaults
+from .sizes import MULTI30K, TINY, Preset, register_family
+from .syntax_transformer import base_syntax_transformer
 
 MEDIUM = dict(layers=4, embed_dim=256, ffn_embed_dim=1024, heads=8, dropout=0.1)
 LARGE = dict(layers=6, embed_dim=512, ffn_embed_dim=2048, heads=8, dropout=0.1)
@@ -27,21 +24,9 @@ DECODERS = {  # family -> (decoder type, decoder mechanisms)
 }
 SIZES = {"tiny": TINY, "multi30k": MULTI30K, "medium": MEDIUM, "large": LARGE}
 
-
-def _register(family: str, size: str):
-    decoder_type, mechanisms = DECODERS[family]
-
-    def architecture(args):
-        set_sizes(args, **SIZES[size])
-        set_default(args, "decoder_type", decoder_type)
-        set_default(args, "decoder_syntax", mechanisms)
-        syntax_defaults(args)
-        base_architecture(args)
-
-    architecture.__doc__ = f"{family} decoder ({decoder_type}, decoder syntax {mechanisms}) at the {size} size"
-    register_model_architecture("syntax_transformer", f"transformer_{family}_{size}")(architecture)
-
-
-for _family in DECODERS:
-    for _size in SIZES:
-        _register(_family, _size)
+for _family, (_decoder_type, _mechanisms) in DECODERS.items():
+    register_family("syntax_transformer", f"transformer_{_family}", {
+        f"_{size}": Preset(f"{_family} decoder ({_decoder_type}, decoder syntax {_mechanisms}) at the {size} size",
+                           sizes)
+        for size, sizes in SIZES.items()
+    }, base=base_syntax_transformer, defaults=dict(decoder_type=_decoder_type, decoder_syntax=_mechanisms))
