@@ -2,7 +2,7 @@
 
 fairseq's train wps counts every target token of a batch (EOS included). On a plain data-bin those are the
 sentencepiece pieces and EOS; on a transition data-bin they also hold the LEFT-ARC:l / RIGHT-ARC:l tokens and the
-attached-word marks (fairseq_syntax/data/transitions.py), about as many again. So that words/s means the same for
+attached-word marks (fairseq_syntax/data/transition_tokens.py), about as many again. So that words/s means the same for
 every system, the Linearized system's are counted as vanilla's are: pieces + EOS, nothing else (`word_share`).
 
 Generation is forced to a fixed length for every system (bench.py `generate`): 25 pieces for a plain decoder; a
@@ -13,7 +13,7 @@ from typing import Dict, Sequence, Tuple
 
 import numpy as np
 
-from fairseq_syntax.data.transitions import ATTACHED_MARK, EOS, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START
+from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, EOS, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START
 
 # sentencepiece pieces (or words of a word vocabulary); WORD_MARK_ONLY holds a lone "\u2581" piece, a piece of the
 # plain target too, and the attached-word mark, which is not (target_token_counts tells them apart by symbol)
@@ -26,7 +26,7 @@ WORD_COUNT_METHOD = ("target words = pieces + EOS, as fairseq's wps counts them 
 def target_token_counts(token_ids: np.ndarray, classes: Sequence[int], symbols: Sequence[str]) -> Dict[str, int]:
     """Counts over target token ids (every sentence's, EOS included): `tokens` (all), `pieces`, `eos`, and
     `words` = pieces + EOS (what fairseq counts for a plain target). `classes`: the transition class of every
-    dictionary symbol (transitions.vocabulary_classes); `symbols`: the dictionary's symbols."""
+    dictionary symbol (transition_tokens.vocabulary_classes); `symbols`: the dictionary's symbols."""
     token_ids = np.asarray(token_ids, dtype=np.int64).ravel()
     is_piece = np.isin(np.asarray(classes, dtype=np.int64), PIECE_CLASSES)
     is_piece &= np.array([symbol != ATTACHED_MARK for symbol in symbols[:len(is_piece)]], dtype=bool)

@@ -18,7 +18,7 @@ pairs plus, in train, a parse pair (source -> linearized source tree) of every l
 (fairseq_syntax/data/multitask.py; docs/methods.md, "The multi-task baseline").
 
 With --target-transitions, the target tokens are the transition sequence of the --target-parser tree (pieces
-interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, fairseq_syntax/data/transitions.py), the arc tokens are appended to
+interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, fairseq_syntax/data/transition_*.py), the arc tokens are appended to
 the target dictionary, and the target side carries the graph of every prefix (transition_channels.py); pairs whose
 target tree is not projective are dropped (docs/methods.md, "Target-side transitions").
 """

@@ -3,9 +3,10 @@ is not projective are dropped, or the tree lifted with --projectivize), and the 
 from collections import Counter
 
 from fairseq_syntax.data.transition_channels import transition_sequence, word_rule
-from fairseq_syntax.data.transitions import (
-    ATTACHED_MARK, NO_WORD, ROOT_LABEL, InvalidTreeError, crossing_arcs, projectivize,
-)
+from fairseq_syntax.data.projectivity import crossing_arcs, projectivize
+from fairseq_syntax.data.subword import NO_WORD
+from fairseq_syntax.data.transition_errors import InvalidTreeError
+from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, ROOT_LABEL
 from .reading import SplitData
 
 

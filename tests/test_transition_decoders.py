@@ -15,7 +15,8 @@ import fairseq_syntax  # noqa: F401
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
 from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
-from fairseq_syntax.data import transitions as tr
+from fairseq_syntax.data.transition_state import is_valid_sequence, transition_edges
+from fairseq_syntax.data.transition_tokens import is_arc
 from fairseq_syntax.models.decoders import select_encoder_out
 from fairseq_syntax.modules.decoder_context import DecoderContext, TargetTransitions
 from fairseq_syntax.modules.graph_convolution import DOWN, SELF, UP
@@ -130,10 +131,10 @@ def test_gcn_decoder_matches_the_equations(policy, labels, gates, device):
     x = torch.randn(width, 2, 6)
     # the reference graph: TransitionState's edges (source, target, label, step) in decoder columns (+1 for BOS)
     label_index = {symbol.split(":", 1)[1]: int(transitions.label_of[i]) for i, symbol in enumerate(SYMBOLS)
-                   if tr.is_arc(symbol)}
+                   if is_arc(symbol)}
     label_of_edge, edges = {}, {"down": set(), "up": set()}
     for b, tokens in enumerate([PAPER_TOKENS, short]):
-        graph = tr.transition_edges(tokens)
+        graph = transition_edges(tokens)
         for source, target, label, step in zip(graph.source, graph.target, graph.label, graph.step):
             u, v, arc = int(source) + 1, int(target) + 1, int(step) + 1
             label_of_edge[(b, u, v)] = label_index[label]
@@ -278,7 +279,7 @@ def test_train_generate_and_trees_through_the_cli(transition_bin, tmp_path, arch
     assert len(hypotheses) == len(task_valid_lines(destdir)) == len(written)
     for hypothesis in hypotheses:
         tokens = hypothesis[2].split()
-        assert tr.is_valid_sequence(tokens), tokens
+        assert is_valid_sequence(tokens), tokens
         ids = torch.tensor([[2] + [dictionary.index(t) for t in tokens]])
         scan = transitions.scan(ids)
         heads = [0] * int(scan.num_words[0])

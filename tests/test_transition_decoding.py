@@ -21,10 +21,11 @@ from fairseq_syntax.data.channels import SyntaxManifest
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.data.syntax_channels import SyntaxChannels
 from fairseq_syntax.data.transition_channels import EDGE_LABELS_CHANNEL, EDGES_CHANNEL, TRANSITION_CHANNELS
-from fairseq_syntax.data.transitions import (
-    arc_tokens, crossing_arcs, is_arc, is_projective, is_valid_sequence, oracle, parse_transitions, projectivize,
-    strip_transitions, token_class, transition_edges, transitions_to_tree,
-)
+from fairseq_syntax.data.projectivity import crossing_arcs, is_projective, projectivize
+from fairseq_syntax.data.transition_oracle import oracle
+from fairseq_syntax.data.transition_output import transitions_to_tree
+from fairseq_syntax.data.transition_state import is_valid_sequence, parse_transitions, transition_edges
+from fairseq_syntax.data.transition_tokens import arc_tokens, is_arc, strip_transitions, token_class
 from fairseq_syntax.parsers.conllu_reader import read_conllu
 
 from .helpers import USER_DIR, hypotheses, run_cli, write_ewt_sample
@@ -604,7 +605,7 @@ def test_word_vocabulary_transitions(transition_bin, tmp_path):
                              str(trees_out))
     generator = task.build_generator([model], cfg.generation)
     symbols = task.target_dictionary.symbols
-    from fairseq_syntax.data.transitions import every_piece_is_a_word
+    from fairseq_syntax.data.transition_tokens import every_piece_is_a_word
 
     count = 0
     for sample in batches(task):

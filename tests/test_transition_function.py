@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_syntax.data import transitions as tr
+from fairseq_syntax.data.projectivity import projectivize
+from fairseq_syntax.data.transition_errors import InvalidTransitionError
 from fairseq_syntax.data.transition_function import TransitionScan
+from fairseq_syntax.data.transition_oracle import oracle
+from fairseq_syntax.data.transition_state import TransitionState, transition_edges
+from fairseq_syntax.data.transition_tokens import (
+    EOS, mark_attached_words, parse_arc, vocabulary_classes, vocabulary_labels,
+)
 
 from .devices import on
 from .test_transitions import M, PAPER_TOKENS, make_pieces, read_treebank, split_word
@@ -19,9 +25,9 @@ PAD = 1
 
 def vocabulary(sequences, extra=()):
     symbols = SPECIALS + sorted({t for s in sequences for t in s} | set(extra))
-    labels = sorted({p[1] for t in symbols if (p := tr.parse_arc(t))})
+    labels = sorted({p[1] for t in symbols if (p := parse_arc(t))})
     label_index = {label: i for i, label in enumerate(labels)}
-    return symbols, tr.vocabulary_classes(symbols), tr.vocabulary_labels(symbols, label_index), label_index
+    return symbols, vocabulary_classes(symbols), vocabulary_labels(symbols, label_index), label_index
 
 
 def ids_of(sequences, symbols, width=None):
@@ -42,7 +48,7 @@ def test_paper_example_by_hand(device):
     nsubj, det, obj, prt = (label_index[x] for x in ("nsubj", "det", "obj", "compound:prt"))
     assert scan.label[0].tolist() == [-1, -1, -1, nsubj, -1, -1, det, obj, -1, prt]
     assert (int(scan.depth[0]), int(scan.stack[0, 0]), int(scan.num_words[0])) == (1, 1, 5)
-    assert scan.allowed_classes()[0].tolist()[tr.EOS] and not bool(scan.open[0])
+    assert scan.allowed_classes()[0].tolist()[EOS] and not bool(scan.open[0])
     parents = {  # token -> {parent token: step}
         0: {2: 3, 3: 3}, 1: {2: 3, 3: 3}, 2: {}, 3: {2: 3},
         4: {5: 6, 6: 6}, 5: {2: 7, 7: 7}, 6: {5: 6}, 7: {2: 7},
@@ -69,10 +75,10 @@ def pud_sequences(data_root):
     rng = random.Random(5)
     out = []
     for forms, heads, labels, space_before in (s for p in paths for s in read_treebank(p)):
-        heads, _ = tr.projectivize(heads)
+        heads, _ = projectivize(heads)
         pieces, word_ids = make_pieces(forms, [split_word(f, rng) for f in forms], space_before)
-        marked, marked_ids = tr.mark_attached_words(pieces, word_ids)
-        sequence = tr.oracle(heads, labels, marked, marked_ids)
+        marked, marked_ids = mark_attached_words(pieces, word_ids)
+        sequence = oracle(heads, labels, marked, marked_ids)
         out.append((sequence.tokens, heads, labels))
     return out
 
@@ -85,7 +91,7 @@ def test_every_prefix_equals_the_reference(pud_sequences, device):
     sequences = [tokens for tokens, _, _ in pud_sequences]
     symbols, classes, labels, label_index = vocabulary(sequences)
     ids = ids_of(sequences, symbols)
-    references = [tr.TransitionState() for _ in sequences]
+    references = [TransitionState() for _ in sequences]
     scan = TransitionScan.initial(len(sequences), torch.device(device))
     classes_d, labels_d = on(device, classes), on(device, labels)
     for column in range(ids.size(1)):
@@ -112,7 +118,7 @@ def test_every_prefix_equals_the_reference(pud_sequences, device):
     steps = scan.parent_steps().cpu()
     for row, tokens in enumerate(sequences):
         n = len(tokens)
-        expected = torch.from_numpy(tr.transition_edges(tokens).step_matrix(n)).t()  # [target, source]
+        expected = torch.from_numpy(transition_edges(tokens).step_matrix(n)).t()  # [target, source]
         assert torch.equal(steps[row, :n, :n], expected), row
         assert bool((steps[row, n:] == -1).all()) and bool((steps[row, :, n:] == -1).all())
 
@@ -132,11 +138,11 @@ def test_invalid_tokens_change_nothing_and_chunks_equal_columns(device):
     assert whole.applied.tolist() == [[True, False, True, True, True, False], [False, True, True, True, False,
                                                                                 False], [True] * 6]
     for row, sequence in enumerate(rows):
-        reference = tr.TransitionState()
+        reference = TransitionState()
         for token in sequence:
             try:
                 reference.step(token)
-            except tr.InvalidTransitionError:
+            except InvalidTransitionError:
                 pass
         assert int(whole.depth[row]) == len(reference.stack) and bool(whole.finished[row]) == reference.finished
         assert int(whole.num_words[row]) == reference.num_words

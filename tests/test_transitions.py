@@ -1,4 +1,5 @@
-"""The transition system of Choshen & Abend's target-syntax decoder (fairseq_syntax/data/transitions.py).
+"""The transition system of Choshen & Abend's target-syntax decoder (fairseq_syntax/data/transition_*.py,
+projectivity.py).
 
 Expected values never come from the module under test: hand-written examples follow the paper's §3 table, and the
 property tests compare against small independent references written here (a brute-force projectivity check, a
@@ -20,20 +21,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairseq_syntax.data import transitions as tr
+from fairseq_syntax.data.projectivity import check_tree, is_projective, projectivize
+from fairseq_syntax.data.transition_errors import InvalidTransitionError, InvalidTreeError, NonProjectiveError
 from fairseq_syntax.data.transition_function import TransitionScan
-from fairseq_syntax.data.transitions import (
-    EOS,
-    LEFT_ARC,
-    OTHER,
-    RIGHT_ARC,
-    WORD_MARK_ONLY,
-    WORD_CONTINUE,
-    WORD_START,
-    InvalidTransitionError,
-    InvalidTreeError,
-    NonProjectiveError,
-    TransitionState,
+from fairseq_syntax.data.transition_oracle import oracle
+from fairseq_syntax.data.transition_output import decode_pieces, sequence_text, to_conllu, transitions_to_tree
+from fairseq_syntax.data.transition_state import (
+    EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD, TransitionState, allowed_next, is_valid_sequence,
+    parse_transitions, tokens_to_finish, transition_edges,
+)
+from fairseq_syntax.data.transition_tokens import (
+    EOS, LEFT_ARC, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START, arc_tokens, every_piece_is_a_word,
+    left_arc, mark_attached_words, parse_arc, token_class, transition_vocabulary, vocabulary_classes,
 )
 
 M = "\u2581"
@@ -208,15 +207,15 @@ PAPER_TOKENS = [M + "Jo", "hn", M + "put", "LEFT-ARC:nsubj", M + "the", M + "coa
 
 
 def test_paper_example_oracle_and_tree():
-    seq = tr.oracle(PAPER_HEADS, PAPER_LABELS, PAPER_PIECES)
+    seq = oracle(PAPER_HEADS, PAPER_LABELS, PAPER_PIECES)
     assert seq.tokens == PAPER_TOKENS
     assert seq.word_ids == [0, 0, 1, -1, 2, 3, -1, -1, 4, -1]
-    state = tr.parse_transitions(PAPER_TOKENS)
+    state = parse_transitions(PAPER_TOKENS)
     assert state.stack == [1] and state.complete
     assert state.word_pieces == [[0, 1], [2], [4], [5], [8]]
-    assert tr.transitions_to_tree(PAPER_TOKENS) == (["John", "put", "the", "coals", "out"], PAPER_HEADS,
+    assert transitions_to_tree(PAPER_TOKENS) == (["John", "put", "the", "coals", "out"], PAPER_HEADS,
                                                     PAPER_LABELS)
-    assert tr.sequence_text(PAPER_TOKENS) == "John put the coals out"
+    assert sequence_text(PAPER_TOKENS) == "John put the coals out"
 
 
 def test_paper_example_graph():
@@ -229,18 +228,18 @@ def test_paper_example_graph():
         (2, 5, "obj", 7), (7, 5, "obj", 7), (2, 7, "obj", 7),
         (2, 8, "compound:prt", 9), (9, 8, "compound:prt", 9), (2, 9, "compound:prt", 9),
     }
-    edges = tr.transition_edges(PAPER_TOKENS)
+    edges = transition_edges(PAPER_TOKENS)
     assert edge_set(edges) == expected and len(edges) == len(expected)
     kinds = {(int(s), int(t)): int(k) for s, t, k in zip(edges.source, edges.target, edges.kind)}
-    assert kinds[(2, 0)] == tr.EDGE_WORD and kinds[(3, 0)] == tr.EDGE_FROM_TRANSITION
-    assert kinds[(2, 3)] == tr.EDGE_TO_TRANSITION
+    assert kinds[(2, 0)] == EDGE_WORD and kinds[(3, 0)] == EDGE_FROM_TRANSITION
+    assert kinds[(2, 3)] == EDGE_TO_TRANSITION
     # the graph of a prefix is the edges with step < its length; f of the prefix gives the same
     assert edge_set(edges.prefix(7)) == {e for e in expected if e[3] < 7}
-    assert edge_set(tr.parse_transitions(PAPER_TOKENS[:7]).edges()) == {e for e in expected if e[3] < 7}
+    assert edge_set(parse_transitions(PAPER_TOKENS[:7]).edges()) == {e for e in expected if e[3] < 7}
     assert len(edges.prefix(3)) == 0
     matrix = edges.step_matrix(len(PAPER_TOKENS))
     assert matrix[2, 0] == 3 and matrix[0, 2] == -1 and (matrix >= 0).sum() == len(expected)
-    ids = tr.transition_edges(PAPER_TOKENS, label_index={"nsubj": 1, "det": 2, "obj": 3, "compound:prt": 4})
+    ids = transition_edges(PAPER_TOKENS, label_index={"nsubj": 1, "det": 2, "obj": 3, "compound:prt": 4})
     assert ids.label.dtype == np.int64 and sorted(set(ids.label.tolist())) == [1, 2, 3, 4]
 
 
@@ -250,19 +249,19 @@ def test_right_arc_waits_for_the_dependents_of_its_word():
     pieces = [M + "ate", M + "fish", M + "with", M + "bo", "nes"]
     expected = [M + "ate", M + "fish", M + "with", M + "bo", "nes", "LEFT-ARC:case", "RIGHT-ARC:nmod",
                 "RIGHT-ARC:obj"]
-    assert tr.oracle(heads, labels, pieces).tokens == expected
-    assert tr.transitions_to_tree(expected) == (["ate", "fish", "with", "bones"], heads, labels)
+    assert oracle(heads, labels, pieces).tokens == expected
+    assert transitions_to_tree(expected) == (["ate", "fish", "with", "bones"], heads, labels)
     # "She ate fish quickly": every arc right after its word
-    assert tr.oracle([2, 0, 2, 2], ["nsubj", "root", "obj", "advmod"],
+    assert oracle([2, 0, 2, 2], ["nsubj", "root", "obj", "advmod"],
                      [M + "She", M + "ate", M + "fish", M + "quickly"]).tokens == [
         M + "She", M + "ate", "LEFT-ARC:nsubj", M + "fish", "RIGHT-ARC:obj", M + "quickly", "RIGHT-ARC:advmod"]
     # one word: no arc at all (the root edge is deleted)
-    assert tr.oracle([0], ["root"], [M + "Hi", "!"]).tokens == [M + "Hi", "!"]
+    assert oracle([0], ["root"], [M + "Hi", "!"]).tokens == [M + "Hi", "!"]
 
 
 def test_validity_by_hand():
     def allowed(tokens, remaining=None):
-        return tr.allowed_next(tokens, remaining=remaining)
+        return allowed_next(tokens, remaining=remaining)
 
     new_word = {WORD_START, WORD_MARK_ONLY}
     assert allowed([]) == new_word  # no continuation, arc or EOS before the first word
@@ -276,27 +275,27 @@ def test_validity_by_hand():
     assert allowed([M + "dogs", MARK]) == {WORD_CONTINUE}
     assert allowed([M + "dogs", MARK, "."]) == new_word | {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
     with pytest.raises(InvalidTransitionError, match="cannot be empty"):
-        tr.parse_transitions([M + "a", MARK, "RIGHT-ARC:punct"])
+        parse_transitions([M + "a", MARK, "RIGHT-ARC:punct"])
     with pytest.raises(InvalidTransitionError, match="cannot be empty"):
-        tr.parse_transitions([M + "a", MARK, M + "b"])
-    assert tr.transitions_to_tree([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == (["bark", "."], [0, 1],
+        parse_transitions([M + "a", MARK, M + "b"])
+    assert transitions_to_tree([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == (["bark", "."], [0, 1],
                                                                                   ["root", "punct"])
-    assert tr.sequence_text([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == "bark."
+    assert sequence_text([M + "bark", MARK, ".", "RIGHT-ARC:punct"]) == "bark."
     # a lone U+2581 piece spells only a space: like the mark, a piece of its word must follow (no empty word, no
     # empty translation); sentencepiece writes it before a word whose first piece it has only without the mark
-    assert tr.token_class(M) == tr.token_class(M + M) == WORD_MARK_ONLY
+    assert token_class(M) == token_class(M + M) == WORD_MARK_ONLY
     assert allowed([M]) == allowed([M + "dogs", M]) == {WORD_CONTINUE}
     for empty in ([M, "</s>"], [M + "a", M, "RIGHT-ARC:x"], [M + "a", M, M + "b"]):
         with pytest.raises(InvalidTransitionError, match="cannot be empty"):
-            tr.parse_transitions(empty)
-    assert tr.transitions_to_tree([M + "a", M, "\u00c4", "RIGHT-ARC:x"]) == (["a", "\u00c4"], [0, 1], ["root", "x"])
+            parse_transitions(empty)
+    assert transitions_to_tree([M + "a", M, "\u00c4", "RIGHT-ARC:x"]) == (["a", "\u00c4"], [0, 1], ["root", "x"])
     with pytest.raises(InvalidTransitionError, match="arc needs two words"):
-        tr.parse_transitions([M + "a", "LEFT-ARC:x"])
+        parse_transitions([M + "a", "LEFT-ARC:x"])
     with pytest.raises(InvalidTransitionError, match="continuation piece must follow"):
-        tr.parse_transitions([M + "a", M + "b", "LEFT-ARC:x", "c"])
+        parse_transitions([M + "a", M + "b", "LEFT-ARC:x", "c"])
     with pytest.raises(InvalidTransitionError, match="cannot begin"):
-        tr.parse_transitions(["a"])
-    state = tr.parse_transitions([M + "a", M + "b"])
+        parse_transitions(["a"])
+    state = parse_transitions([M + "a", M + "b"])
     with pytest.raises(InvalidTransitionError, match="EOS needs exactly one word"):
         state.step("</s>")
     state.step("RIGHT-ARC:x")
@@ -304,42 +303,42 @@ def test_validity_by_hand():
     assert state.finished and state.allowed() == set()
     with pytest.raises(InvalidTransitionError, match="has ended"):
         state.step(M + "c")
-    assert tr.transitions_to_tree(state.tokens) == (["a", "b"], [0, 1], ["root", "x"])  # a final EOS is fine
-    assert tr.sequence_text(state.tokens) == "a b"
-    assert not tr.is_valid_sequence([M + "a", M + "b"]) and tr.is_valid_sequence([M + "a", M + "b", "LEFT-ARC:x"])
+    assert transitions_to_tree(state.tokens) == (["a", "b"], [0, 1], ["root", "x"])  # a final EOS is fine
+    assert sequence_text(state.tokens) == "a b"
+    assert not is_valid_sequence([M + "a", M + "b"]) and is_valid_sequence([M + "a", M + "b", "LEFT-ARC:x"])
     # explicit word ids decide word boundaries whatever the pieces look like
-    state = tr.parse_transitions(["x", ",", "y"], word_ids=[0, 1, 1])
+    state = parse_transitions(["x", ",", "y"], word_ids=[0, 1, 1])
     assert state.word_pieces == [[0], [1, 2]]
     with pytest.raises(InvalidTransitionError):
-        tr.parse_transitions(["x", "y", "LEFT-ARC:d", "z"], word_ids=[0, 1, -1, 1])  # word 1 grows after an arc
+        parse_transitions(["x", "y", "LEFT-ARC:d", "z"], word_ids=[0, 1, -1, 1])  # word 1 grows after an arc
     with pytest.raises(InvalidTransitionError):
-        tr.parse_transitions(["x", "y"], word_ids=[0, 2])  # word ids out of order
+        parse_transitions(["x", "y"], word_ids=[0, 2])  # word ids out of order
 
 
 def test_length_budget_by_hand():
     three = [M + "a", M + "b", M + "c"]  # three words on the stack: 2 arcs + EOS still needed
-    assert tr.allowed_next(three, remaining=3) == {LEFT_ARC, RIGHT_ARC}
-    assert tr.allowed_next(three, remaining=4) == {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
-    assert tr.allowed_next(three, remaining=5) == {WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
-    assert tr.allowed_next(three, remaining=2) == set()  # already too late
-    assert tr.allowed_next([M + "a"], remaining=1) == {EOS}
-    assert tr.allowed_next([], remaining=2) == {WORD_START}
+    assert allowed_next(three, remaining=3) == {LEFT_ARC, RIGHT_ARC}
+    assert allowed_next(three, remaining=4) == {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert allowed_next(three, remaining=5) == {WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert allowed_next(three, remaining=2) == set()  # already too late
+    assert allowed_next([M + "a"], remaining=1) == {EOS}
+    assert allowed_next([], remaining=2) == {WORD_START}
     # a mark needs the mark, a piece, then k + 1 tokens (2 arcs, EOS): 5 with two words on the stack
-    assert WORD_MARK_ONLY not in tr.allowed_next([M + "a", M + "b"], remaining=4)
-    assert WORD_MARK_ONLY in tr.allowed_next([M + "a", M + "b"], remaining=5)
-    assert tr.allowed_next([M + "a", MARK], remaining=3) == {WORD_CONTINUE}  # the piece, an arc, EOS
-    assert tr.allowed_next([M + "a", MARK], remaining=2) == set()
-    assert tr.tokens_to_finish(0) == 2 and tr.tokens_to_finish(3) == 3
+    assert WORD_MARK_ONLY not in allowed_next([M + "a", M + "b"], remaining=4)
+    assert WORD_MARK_ONLY in allowed_next([M + "a", M + "b"], remaining=5)
+    assert allowed_next([M + "a", MARK], remaining=3) == {WORD_CONTINUE}  # the piece, an arc, EOS
+    assert allowed_next([M + "a", MARK], remaining=2) == set()
+    assert tokens_to_finish(0) == 2 and tokens_to_finish(3) == 3
 
 
 def test_projectivity_by_hand():
-    assert tr.is_projective([2, 0, 4, 2, 2]) and tr.is_projective([0]) and tr.is_projective([0, 1, 2, 3])
+    assert is_projective([2, 0, 4, 2, 2]) and is_projective([0]) and is_projective([0, 1, 2, 3])
     # arcs 3->1 and 4->2 cross
-    assert not tr.is_projective([3, 4, 0, 3])
+    assert not is_projective([3, 4, 0, 3])
     # arc 3->1 passes over the root (word 2): no arc crossing another word-word arc, still non-projective
-    assert not tr.is_projective([3, 0, 2])
+    assert not is_projective([3, 0, 2])
     with pytest.raises(NonProjectiveError, match="non-projective"):
-        tr.oracle([3, 4, 0, 3], ["a", "b", "root", "c"], [M + "w", M + "x", M + "y", M + "z"])
+        oracle([3, 4, 0, 3], ["a", "b", "root", "c"], [M + "w", M + "x", M + "y", M + "z"])
 
 
 def test_invalid_trees_raise_clear_errors():
@@ -347,32 +346,32 @@ def test_invalid_trees_raise_clear_errors():
     for heads, message in [([0, 0, 1], "exactly one root"), ([2, 3, 1], "exactly one root"),
                            ([0, 3, 2], "cycle"), ([0, 5, 1], "outside"), ([0, 2, 1], "own head")]:
         with pytest.raises(InvalidTreeError, match=message):
-            tr.oracle(heads, ["x"] * 3, pieces)
+            oracle(heads, ["x"] * 3, pieces)
     with pytest.raises(InvalidTreeError, match="2 words but the tree has 3|cover 2 words"):
-        tr.oracle([0, 1, 1], ["x"] * 3, [M + "a", "b", M + "c"])
+        oracle([0, 1, 1], ["x"] * 3, [M + "a", "b", M + "c"])
     with pytest.raises(InvalidTreeError, match="first piece"):
-        tr.oracle([0], ["root"], ["a"])
+        oracle([0], ["root"], ["a"])
     with pytest.raises(InvalidTreeError, match="labels"):
-        tr.oracle([0, 1], ["root"], [M + "a", M + "b"])
+        oracle([0, 1], ["root"], [M + "a", M + "b"])
 
 
 def test_tokens_and_vocabulary_classes():
-    assert tr.arc_tokens(["nsubj", "root", "obj", "nsubj"]) == ["LEFT-ARC:nsubj", "RIGHT-ARC:nsubj",
+    assert arc_tokens(["nsubj", "root", "obj", "nsubj"]) == ["LEFT-ARC:nsubj", "RIGHT-ARC:nsubj",
                                                                  "LEFT-ARC:obj", "RIGHT-ARC:obj"]
-    assert tr.parse_arc("RIGHT-ARC:compound:prt") == (RIGHT_ARC, "compound:prt")
-    assert tr.parse_arc(M + "LEFT") is None and tr.parse_arc("LEFT-ARC:") is None
+    assert parse_arc("RIGHT-ARC:compound:prt") == (RIGHT_ARC, "compound:prt")
+    assert parse_arc(M + "LEFT") is None and parse_arc("LEFT-ARC:") is None
     symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "the", "ing", "LEFT-ARC:det", "RIGHT-ARC:obj", "madeupword0000",
                MARK]
-    assert tr.vocabulary_classes(symbols).tolist() == [OTHER, OTHER, EOS, OTHER, WORD_START, WORD_CONTINUE,
+    assert vocabulary_classes(symbols).tolist() == [OTHER, OTHER, EOS, OTHER, WORD_START, WORD_CONTINUE,
                                                        LEFT_ARC, RIGHT_ARC, OTHER, WORD_MARK_ONLY]
-    assert tr.transition_vocabulary(["nsubj", "root"]) == [MARK, "LEFT-ARC:nsubj", "RIGHT-ARC:nsubj"]
-    assert tr.vocabulary_classes(["ing", ","], word_initial=tr.every_piece_is_a_word).tolist() == [WORD_START] * 2
+    assert transition_vocabulary(["nsubj", "root"]) == [MARK, "LEFT-ARC:nsubj", "RIGHT-ARC:nsubj"]
+    assert vocabulary_classes(["ing", ","], word_initial=every_piece_is_a_word).tolist() == [WORD_START] * 2
     with pytest.raises(ValueError):
-        tr.left_arc("a b")
+        left_arc("a b")
 
 
 def test_conllu_output_by_hand():
-    text = tr.to_conllu([M + "Hello", ",", M + "wor", "ld", "LEFT-ARC:punct", "RIGHT-ARC:vocative"],
+    text = to_conllu([M + "Hello", ",", M + "wor", "ld", "LEFT-ARC:punct", "RIGHT-ARC:vocative"],
                         word_ids=[0, 1, 2, 2, -1, -1], sent_id="s1")
     assert text == ("# sent_id = s1\n# text = Hello, world\n"
                     "1\tHello\t_\t_\t_\t_\t0\troot\t_\tSpaceAfter=No\n"
@@ -381,13 +380,13 @@ def test_conllu_output_by_hand():
     [sentence] = conllu.parse(text)
     assert [t["head"] for t in sentence] == [0, 3, 1] and sentence.metadata["text"] == "Hello, world"
     with pytest.raises(InvalidTransitionError, match="not a complete tree"):
-        tr.to_conllu([M + "a", M + "b"])
+        to_conllu([M + "a", M + "b"])
 
 
 def test_decode_pieces_bytes_and_marks():
-    assert tr.decode_pieces([M + "a", "<0x09>", "b", M, "(", "c"]) == "a\tb (c"
-    assert tr.decode_pieces([M + "x", "<0xC3>", "<0xA4>"]) == "x\u00e4"
-    assert tr.transitions_to_tree([M + "x", "<0xC3>", "<0xA4>"]).words == ["x\u00e4"]
+    assert decode_pieces([M + "a", "<0x09>", "b", M, "(", "c"]) == "a\tb (c"
+    assert decode_pieces([M + "x", "<0xC3>", "<0xA4>"]) == "x\u00e4"
+    assert transitions_to_tree([M + "x", "<0xC3>", "<0xA4>"]).words == ["x\u00e4"]
 
 
 # ---- the treebanks -------------------------------------------------------------------------------------------
@@ -452,36 +451,36 @@ def test_treebank_round_trip(treebanks, name, capsys):
     for forms, heads, labels, space_before in sentences:
         assert not any(M in f for f in forms)
         projective = reference_projective(heads)
-        assert tr.is_projective(heads) == projective
+        assert is_projective(heads) == projective
         if not projective:
             non_projective += 1
             with pytest.raises(NonProjectiveError):
-                tr.oracle(heads, labels, *make_pieces(forms))
+                oracle(heads, labels, *make_pieces(forms))
             continue
         n = len(forms)
         parts = [split_word(form, rng) for form in forms]
         for split in (None, parts):  # single pieces, 1-3 random pieces; boundaries by the U+2581 rule
             pieces, _ = make_pieces(forms, split)
-            seq = tr.oracle(heads, labels, pieces)
+            seq = oracle(heads, labels, pieces)
             assert len(seq.tokens) == len(pieces) + n - 1  # every piece once, one arc per non-root word
             assert [t for t in seq.tokens if not t.startswith(("LEFT-ARC:", "RIGHT-ARC:"))] == pieces
-            assert tr.transitions_to_tree(seq.tokens) == (forms, heads, labels)
-            assert tr.sequence_text(seq.tokens) == " ".join(forms)
+            assert transitions_to_tree(seq.tokens) == (forms, heads, labels)
+            assert sequence_text(seq.tokens) == " ".join(forms)
         # the same pieces with the word-initial mark only where the sentence has a space, and the explicit word map
         pieces, word_ids = make_pieces(forms, parts, space_before)
-        seq = tr.oracle(heads, labels, pieces, word_ids)
+        seq = oracle(heads, labels, pieces, word_ids)
         assert [w for w in seq.word_ids if w >= 0] == word_ids
-        assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
+        assert transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
         text = "".join((" " if s and i else "") + f for i, (f, s) in enumerate(zip(forms, space_before)))
-        assert tr.sequence_text(seq.tokens) == text
+        assert sequence_text(seq.tokens) == text
         # decoding has no word map: with an attached-word mark before every word without a space, the U+2581 rule
         # alone reads the parser's words (the form of a --target-transitions data-bin)
-        marked, marked_ids = tr.mark_attached_words(pieces, word_ids)
+        marked, marked_ids = mark_attached_words(pieces, word_ids)
         assert [piece for piece in marked if piece != MARK] == pieces
         assert marked.count(MARK) == space_before.count(False)
-        seq = tr.oracle(heads, labels, marked)
-        assert tr.transitions_to_tree(seq.tokens) == (forms, heads, labels)
-        assert tr.sequence_text(seq.tokens) == text
+        seq = oracle(heads, labels, marked)
+        assert transitions_to_tree(seq.tokens) == (forms, heads, labels)
+        assert sequence_text(seq.tokens) == text
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     with capsys.disabled():
         print(f"\n{name}: {len(sentences)} trees, {non_projective} non-projective "
@@ -498,14 +497,14 @@ def test_conllu_output_reads_back(treebanks):
         if not reference_projective(heads):
             continue
         pieces, word_ids = make_pieces(forms, [split_word(f, rng) for f in forms], space_before)
-        marked, _ = tr.mark_attached_words(pieces, word_ids)
-        seq = tr.oracle(heads, labels, marked)  # as decoding reads it: no word map
-        [sentence] = conllu.parse(tr.to_conllu(seq.tokens, sent_id=f"s{checked}"))
+        marked, _ = mark_attached_words(pieces, word_ids)
+        seq = oracle(heads, labels, marked)  # as decoding reads it: no word map
+        [sentence] = conllu.parse(to_conllu(seq.tokens, sent_id=f"s{checked}"))
         assert [t["form"] for t in sentence] == forms
         assert [t["head"] for t in sentence] == heads and [t["deprel"] for t in sentence] == labels
         space_after = [not (t["misc"] and t["misc"].get("SpaceAfter") == "No") for t in sentence]
         assert space_after[:-1] == space_before[1:]
-        assert sentence.metadata["text"] == tr.sequence_text(seq.tokens) == tr.decode_pieces(pieces)
+        assert sentence.metadata["text"] == sequence_text(seq.tokens) == decode_pieces(pieces)
         checked += 1
     assert checked > 1000
 
@@ -562,18 +561,18 @@ def test_random_projective_trees(tree):
     heads, labels, words = tree
     assert reference_projective(heads)
     pieces, word_ids = flatten(words)
-    seq = tr.oracle(heads, labels, pieces)
+    seq = oracle(heads, labels, pieces)
     forms = ["".join(w)[1:] for w in words]
-    assert tr.transitions_to_tree(seq.tokens) == (forms, heads, labels)
-    assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
-    assert tr.sequence_text(seq.tokens) == " ".join(forms)
+    assert transitions_to_tree(seq.tokens) == (forms, heads, labels)
+    assert transitions_to_tree(seq.tokens, seq.word_ids) == (forms, heads, labels)
+    assert sequence_text(seq.tokens) == " ".join(forms)
     # every prefix is accepted, EOS whenever one word is left, and f of a prefix has the full graph's edges of step < n
     classes = reference_classes(seq.tokens)
-    full = tr.transition_edges(seq.tokens)
+    full = transition_edges(seq.tokens)
     assert edge_set(full) == reference_edges(seq.tokens, seq.word_ids, heads, labels)
     assert all(max(s, t) <= step for s, t, step in zip(full.source, full.target, full.step))
     for n in range(len(seq.tokens) + 1):
-        state = tr.parse_transitions(seq.tokens[:n])
+        state = parse_transitions(seq.tokens[:n])
         allowed = state.allowed()
         assert allowed == reference_allowed(classes[:n])
         if n < len(seq.tokens):
@@ -583,7 +582,7 @@ def test_random_projective_trees(tree):
         # the prefix's words, heads, labels: the tree's, for the words attached so far
         for word, head in enumerate(state.heads):
             assert head == 0 or (head == heads[word] and state.labels[word] == labels[word])
-    assert EOS in tr.parse_transitions(seq.tokens).allowed()
+    assert EOS in parse_transitions(seq.tokens).allowed()
     # canonical order: arcs as early as possible -- no arc was possible where the oracle generated a new word
     pending = [heads.count(w + 1) for w in range(len(heads))]
     stack = []
@@ -606,14 +605,14 @@ def test_random_projective_trees(tree):
 @given(heads=random_trees())
 def test_projectivity_and_oracle_errors_on_random_trees(heads):
     projective = reference_projective(heads)
-    assert tr.is_projective(heads) == projective
+    assert is_projective(heads) == projective
     labels = ["root" if h == 0 else "dep" for h in heads]
     pieces = [M + f"w{i}" for i in range(len(heads))]
     if projective:
-        assert tr.transitions_to_tree(tr.oracle(heads, labels, pieces).tokens).heads == heads
+        assert transitions_to_tree(oracle(heads, labels, pieces).tokens).heads == heads
     else:
         with pytest.raises(NonProjectiveError) as error:
-            tr.oracle(heads, labels, pieces)
+            oracle(heads, labels, pieces)
         (h1, d1), (h2, d2) = error.value.crossing
         a, b = sorted((h1, d1)), sorted((h2, d2))
         assert a[0] < b[0] < a[1] < b[1] or b[0] < a[0] < b[1] < a[1]  # the reported arcs do cross
@@ -623,34 +622,34 @@ def test_projectivity_and_oracle_errors_on_random_trees(heads):
 def test_attached_words_by_hand():
     # "Dogs bark." with "." attached: by the rule alone "." would continue "bark"
     pieces, word_ids = [M + "Dogs", M + "bark", "."], [0, 1, 2]
-    assert tr.mark_attached_words(pieces, word_ids) == ([M + "Dogs", M + "bark", MARK, "."], [0, 1, 2, 2])
-    seq = tr.oracle([2, 0, 2], ["nsubj", "root", "punct"], *tr.mark_attached_words(pieces, word_ids))
+    assert mark_attached_words(pieces, word_ids) == ([M + "Dogs", M + "bark", MARK, "."], [0, 1, 2, 2])
+    seq = oracle([2, 0, 2], ["nsubj", "root", "punct"], *mark_attached_words(pieces, word_ids))
     assert seq.tokens == [M + "Dogs", M + "bark", "LEFT-ARC:nsubj", MARK, ".", "RIGHT-ARC:punct"]
-    assert tr.transitions_to_tree(seq.tokens) == (["Dogs", "bark", "."], [2, 0, 2], ["nsubj", "root", "punct"])
+    assert transitions_to_tree(seq.tokens) == (["Dogs", "bark", "."], [2, 0, 2], ["nsubj", "root", "punct"])
     # a run of spaces before a word ("am  hohen": pieces "\u2581" "\u2581hohen"): the word's own piece begins it
-    assert tr.mark_attached_words([M + "am", M, M + "hohen"], [0, 1, 1]) == ([M + "am", M + "hohen"], [0, 1])
-    assert tr.mark_attached_words([M + "am", M, M, "(", "x"], [0, 1, 1, 1, 1]) == (
+    assert mark_attached_words([M + "am", M, M + "hohen"], [0, 1, 1]) == ([M + "am", M + "hohen"], [0, 1])
+    assert mark_attached_words([M + "am", M, M, "(", "x"], [0, 1, 1, 1, 1]) == (
         [M + "am", M, "(", "x"], [0, 1, 1, 1])  # "\u2581" "\u2581" "(": the last space piece begins the word
     with pytest.raises(InvalidTreeError, match="space in it"):
-        tr.mark_attached_words([M + "a", "b", M + "c"], [0, 0, 0])
+        mark_attached_words([M + "a", "b", M + "c"], [0, 0, 0])
     # a word whose pieces spell nothing (only U+2581) cannot be written: no sequence holds an empty word
     for pieces, word_ids in (([M + "a", M], [0, 1]), ([M, M + "a"], [0, 1]), ([M + "a", M, M], [0, 1, 1])):
         with pytest.raises(InvalidTreeError, match="no text"):
-            tr.mark_attached_words(pieces, word_ids)
+            mark_attached_words(pieces, word_ids)
     # a word vocabulary needs no mark; a piece inside a word that the rule reads as a new word cannot be helped
-    assert tr.mark_attached_words(["Dogs", "."], [0, 1], tr.every_piece_is_a_word) == (["Dogs", "."], [0, 1])
+    assert mark_attached_words(["Dogs", "."], [0, 1], every_piece_is_a_word) == (["Dogs", "."], [0, 1])
     with pytest.raises(InvalidTreeError, match="space in it"):
-        tr.mark_attached_words([M + "New", M + "York"], [0, 0])
+        mark_attached_words([M + "New", M + "York"], [0, 0])
 
 
 def test_projectivize_by_hand():
     # arcs 3->1 and 4->2 cross; 4->2 is the non-projective one (word 3 between does not descend from 4): 2 -> 3
-    assert tr.projectivize([3, 4, 0, 3]) == ([3, 3, 0, 3], 1)
+    assert projectivize([3, 4, 0, 3]) == ([3, 3, 0, 3], 1)
     # arc 3->1 passes over the root (word 2): 1 is lifted to 3's head
-    assert tr.projectivize([3, 0, 2]) == ([2, 0, 2], 1)
-    assert tr.projectivize([2, 0, 4, 2, 2]) == ([2, 0, 4, 2, 2], 0)
+    assert projectivize([3, 0, 2]) == ([2, 0, 2], 1)
+    assert projectivize([2, 0, 4, 2, 2]) == ([2, 0, 4, 2, 2], 0)
     with pytest.raises(InvalidTreeError):
-        tr.projectivize([0, 0])
+        projectivize([0, 0])
 
 
 def _ancestors(heads, word):
@@ -666,8 +665,8 @@ def _ancestors(heads, word):
 def test_projectivize_random_trees(heads):
     """Lifting gives a projective tree (brute-force reference) in which every word's head is its old head or an
     ancestor of it in the original tree; projective trees are unchanged; the count is the words with a new head."""
-    lifted, changed = tr.projectivize(heads)
-    assert tr.check_tree(lifted) == heads.index(0)  # the same root, still one tree
+    lifted, changed = projectivize(heads)
+    assert check_tree(lifted) == heads.index(0)  # the same root, still one tree
     assert reference_projective(lifted)
     assert changed == sum(a != b for a, b in zip(heads, lifted))
     for word, (old, new) in enumerate(zip(heads, lifted), start=1):
@@ -676,7 +675,7 @@ def test_projectivize_random_trees(heads):
         assert lifted == heads
     labels = ["root" if h == 0 else "dep" for h in lifted]
     pieces = [M + f"w{i}" for i in range(len(lifted))]
-    assert tr.transitions_to_tree(tr.oracle(lifted, labels, pieces).tokens).heads == lifted
+    assert transitions_to_tree(oracle(lifted, labels, pieces).tokens).heads == lifted
 
 
 # ---- random sequences, invalid steps, and the batched mask ---------------------------------------------------
@@ -698,7 +697,7 @@ def test_random_sequences_and_invalid_steps():
             expected = reference_allowed(classes)
             assert state.allowed() == expected
             for index, symbol in enumerate(VOCAB):
-                probe = tr.parse_transitions(state.tokens) if state.tokens else TransitionState()
+                probe = parse_transitions(state.tokens) if state.tokens else TransitionState()
                 try:
                     probe.step(symbol)
                     accepted = True
@@ -722,7 +721,7 @@ def test_batched_mask_agrees_with_the_validity_function():
     invalid) picks; `extend` follows the picks."""
     torch.manual_seed(0)
     rng = random.Random(7)
-    vocab_class = tr.vocabulary_classes(VOCAB)
+    vocab_class = vocabulary_classes(VOCAB)
     assert vocab_class.tolist() == [VOCAB_CLASS[i] for i in range(len(VOCAB))]
     batch = 64
     for _ in range(5):
@@ -768,7 +767,7 @@ def test_budget_always_lets_the_beam_finish():
     """Hypotheses that only take budget-allowed tokens never get stuck and always end with EOS within their
     limit (the limit counts every token, EOS included); the batched mask and the Python function agree."""
     rng = random.Random(11)
-    vocab_class = tr.vocabulary_classes(VOCAB)
+    vocab_class = vocabulary_classes(VOCAB)
     batch = 128
     limits = torch.tensor([rng.randint(2, 30) for _ in range(batch)])
     batched = TransitionScan.initial(batch)
@@ -790,7 +789,7 @@ def test_budget_always_lets_the_beam_finish():
     assert all(s.finished for s in states) and bool(batched.finished.all())
     for state, limit in zip(states, limits.tolist()):
         assert len(state.tokens) <= limit and state.tokens[-1] == "</s>"
-        assert tr.is_valid_sequence(state.tokens[:-1])
+        assert is_valid_sequence(state.tokens[:-1])
     assert batched.tokens_to_finish().tolist() == [0] * batch
     assert replace(TransitionScan.initial(3), depth=torch.tensor([0, 1, 4]),
                    open=torch.tensor([False, True, False])).tokens_to_finish().tolist() == [2, 1, 4]
@@ -810,7 +809,7 @@ def test_budget_matches_brute_force_search(classes, remaining):
             continue
         state = nxt
         tokens.append(spelled[move])
-    assert tr.allowed_next(tokens, remaining=remaining) == reference_allowed(reference_classes(tokens), remaining)
+    assert allowed_next(tokens, remaining=remaining) == reference_allowed(reference_classes(tokens), remaining)
     stack, is_open, bare = state
     batched = replace(TransitionScan.initial(1), depth=torch.tensor([stack]), open=torch.tensor([is_open]),
                       bare=torch.tensor([bare]))
@@ -888,14 +887,14 @@ def test_real_sentencepiece_pieces(tmp_path):
         labels = ["root" if h == 0 else "dep" for h in heads]
         assert reference_projective(heads)
         pieces, word_ids = encoder.encode_words(ParsedSentence(words, spaces, heads, labels))
-        assert tr.decode_pieces(pieces) == encoder.decode(pieces) == "".join(s + w for s, w in zip(spaces, words))
-        seq = tr.oracle(heads, labels, pieces, word_ids)
-        assert tr.transitions_to_tree(seq.tokens, seq.word_ids) == (words, heads, labels)
-        assert tr.sequence_text(seq.tokens) == encoder.decode(pieces)
-        marked = tr.oracle(heads, labels, *tr.mark_attached_words(pieces, word_ids))
-        assert tr.transitions_to_tree(marked.tokens) == (words, heads, labels)  # no word map: the rule reads them
+        assert decode_pieces(pieces) == encoder.decode(pieces) == "".join(s + w for s, w in zip(spaces, words))
+        seq = oracle(heads, labels, pieces, word_ids)
+        assert transitions_to_tree(seq.tokens, seq.word_ids) == (words, heads, labels)
+        assert sequence_text(seq.tokens) == encoder.decode(pieces)
+        marked = oracle(heads, labels, *mark_attached_words(pieces, word_ids))
+        assert transitions_to_tree(marked.tokens) == (words, heads, labels)  # no word map: the rule reads them
         # the same text, where a run of spaces is one space
-        assert tr.sequence_text(marked.tokens) == "".join((" " if s.strip(" ") == "" and len(s) > 1 else s) + w
+        assert sequence_text(marked.tokens) == "".join((" " if s.strip(" ") == "" and len(s) > 1 else s) + w
                                                           for s, w in zip(spaces, words))
 
 
@@ -913,11 +912,11 @@ def test_every_reader_of_single_trees_applies_the_one_check():
         problem = tree_problem(list(heads))
         assert problem is not None and reason in problem, (heads, problem)
         with pytest.raises(InvalidTreeError) as transitions_error:
-            tr.check_tree(list(heads))
+            check_tree(list(heads))
         with pytest.raises(ParseError) as parsed_error:
             ParsedSentence(["a", "b", "c"], ["", " ", " "], list(heads), ["x"] * 3).validate()
         with pytest.raises(LinearizationError) as linearized_error:
             linearize([["a"], ["b"], ["c"]], list(heads), ["x"] * 3)
         for error in (transitions_error, parsed_error, linearized_error):
             assert problem in str(error.value), (heads, str(error.value))
-    assert tree_problem([0, 1, 1]) is None and tr.check_tree([2, 0, 2]) == 1
+    assert tree_problem([0, 1, 1]) is None and check_tree([2, 0, 2]) == 1

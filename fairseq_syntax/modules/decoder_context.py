@@ -1,6 +1,6 @@
 """What a decoder syntax mechanism gets about the target prefix, as a forward argument: the decoder context.
 
-Target-side syntax is generated with the translation as transitions (data/transitions.py), so a decoder mechanism
+Target-side syntax is generated with the translation as transitions (data/transition_tokens.py), so a decoder mechanism
 reads the graph the prefix has built so far (data/transition_function.py) rather than a parse from the data. The
 context holds, for the rows the decoder runs (B rows of T columns, column 0 = BOS, column c = generated token c-1):
   tokens        (B, T) the decoder's input tokens
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ..data.transition_function import TransitionScan
 from ..data.transition_channels import target_token_classes
-from ..data.transitions import parse_arc
+from ..data.transition_tokens import parse_arc
 
 POLICIES = ("causal", "prefix")
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..data.transitions import WORD_MARK
+from ..data.transition_tokens import WORD_MARK
 from .dependency_graph import piece_arcs, subword_label
 
 

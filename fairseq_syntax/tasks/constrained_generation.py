@@ -1,6 +1,6 @@
 """Constrained decoding, the one path by which generation restricts the next token: fairseq's SequenceGenerator
 whose ensemble gives forbidden tokens no probability at every step. Mainly, decoding that only makes valid trees:
-invalid transitions are forbidden (data/transitions.py, "Budget" and the validity function) on a data-bin whose
+invalid transitions are forbidden (data/transition_state.py, "Budget" and the validity function) on a data-bin whose
 target tokens are transition sequences (`--target-transitions`); also the token constraints of decoder mechanisms
 (modules/mechanisms.py), applied at the same place.
 
@@ -29,7 +29,7 @@ from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
 from ..data.transition_function import TransitionScan
-from ..data.transitions import EOS, WORD_CONTINUE
+from ..data.transition_tokens import EOS, WORD_CONTINUE
 
 SCAN_KEY = "transition_scan"  # the ensemble's entry in the first model's incremental state
 

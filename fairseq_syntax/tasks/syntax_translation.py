@@ -351,7 +351,7 @@ class SyntaxTranslationTask(TranslationTask):
     def hypothesis_conllu(self, token_ids: torch.Tensor, sent_id: Optional[str] = None) -> str:
         """The CoNLL-U of a generated transition sequence; raises ValueError on a data-bin without target
         transitions, transitions.TransitionError on an incomplete tree."""
-        from ..data.transitions import to_conllu
+        from ..data.transition_output import to_conllu
 
         return to_conllu(self._hypothesis_tokens(token_ids), sent_id=sent_id, word_initial=self.word_rule,
                          root_label=self.manifest.target_root_label)
@@ -359,7 +359,7 @@ class SyntaxTranslationTask(TranslationTask):
     def hypothesis_tree(self, token_ids: torch.Tensor, sent_id: Optional[str] = None):
         """(transitions.Tree: words, 1-based heads, labels; its CoNLL-U) of a generated transition sequence (the
         hub's trees=True); errors as hypothesis_conllu."""
-        from ..data.transitions import transitions_to_tree
+        from ..data.transition_output import transitions_to_tree
 
         tree = transitions_to_tree(self._hypothesis_tokens(token_ids), word_initial=self.word_rule,
                                    root_label=self.manifest.target_root_label)
@@ -373,7 +373,7 @@ class SyntaxTranslationTask(TranslationTask):
 
     def _write_trees(self, ids: List[int], hypos) -> None:
         """Adds the trees of this batch's hypotheses and rewrites --trees-out, ordered by (sentence id, rank)."""
-        from ..data.transitions import TransitionError
+        from ..data.transition_errors import TransitionError
 
         for sentence_id, sentence_hypos in zip(ids, hypos):
             for rank, hypo in enumerate(sentence_hypos[:self._nbest] if self.transition_classes is not None else []):
@@ -425,7 +425,7 @@ class SentencePieceText:
     def decode(self, text: str) -> str:
         tokens = text.split(" ")
         if self.strip_transitions:
-            from ..data.transitions import is_transition_token
+            from ..data.transition_tokens import is_transition_token
 
             tokens = [token for token in tokens if not is_transition_token(token)]
         if self.pieces is None:
