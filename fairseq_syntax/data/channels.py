@@ -1,4 +1,6 @@
 """The side-channel format of a syntax data-bin: defined here once, written by `preprocess/`, read by the task.
+(Over 400 lines on purpose: the channel specs, the manifest and the load-time checks of the same format stay in
+one module, so the writer and the reader cannot drift apart.)
 
 A syntax data-bin is a fairseq data-bin (dictionaries and memory-mapped token datasets, exactly as
 fairseq-preprocess writes them) plus, per split and language side, one memory-mapped indexed dataset per channel:

@@ -1,4 +1,6 @@
 """The 16 dependency label groups of LDD (Liu & Sima'an), and how our parsers' labels fall into them.
+(Over 400 lines because about 180 of them are the per-label decision tables of the three label schemes: data the
+functions below read, kept beside them.)
 
 LDD gives every attention head of the encoder the dependency distribution of one label group l_1..l_16 (section 3;
 footnote 3: "We group the original dependency labels into 16 alternative group labels"). Appendix A, "Table A: 16

@@ -1,4 +1,6 @@
-"""The `syntax_translation` task: fairseq's translation task on a syntax data-bin (see fairseq_syntax/data/)."""
+"""The `syntax_translation` task: fairseq's translation task on a syntax data-bin (see fairseq_syntax/data/).
+(Over 400 lines: fairseq's task is one class whose hooks (datasets, model, generator, inference, trees) stay
+together; raw-text input and the constrained generator are modules of their own.)"""
 import hashlib
 import json
 import logging
