@@ -251,10 +251,9 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
             out, adjacency, states = self.step(prev_output_tokens[:, :t + 1], states, context, gold_previous,
                                                embeddings[:, :t + 1])
             outputs.append(out)
-            if not self.training:
-                ending = last_step == t
-                final[:, :t + 1, :t + 1] = torch.where(ending.view(-1, 1, 1), adjacency.detach(),
-                                                       final[:, :t + 1, :t + 1])
+            ending = last_step == t
+            final[:, :t + 1, :t + 1] = torch.where(ending.view(-1, 1, 1), adjacency.detach(),
+                                                   final[:, :t + 1, :t + 1])
             if gold is not None:
                 step_mask = node_mask[:, :t + 1]
                 losses.append(graph_loss(adjacency, gold[:, :t + 1, :t + 1], step_mask) * node_mask[:, t])
@@ -295,11 +294,8 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         prev[:, 0] = eos
         for row, tokens in enumerate(pieces):
             prev[row, 1:1 + len(tokens)] = tokens
-        was_training = self.training
-        self.eval()
-        with torch.no_grad():
+        with torch.no_grad():  # (in the mode generation put the model in: no state switched around the call)
             _, extra = self.extract_features(prev, encoder_out)
-        self.train(was_training)
         return [predicted_tree(extra["adjacency"][row, :len(tokens) + 1, :len(tokens) + 1],
                                [self.dictionary[i] for i in tokens.tolist()]) for row, tokens in enumerate(pieces)]
 
