@@ -207,6 +207,59 @@ def test_encoder_refuses_a_batch_without_the_features_and_bad_options():
         encoder("tree")
 
 
+def test_lstm_syntax_takes_the_registered_encoder_mechanisms_with_a_form_over_states():
+    """--lstm-syntax NAME is the encoder mechanism registry's NAME, built by its `over_states` declaration, reading
+    the features it declares; a mechanism that declares no form over states is refused, by name."""
+    import argparse
+
+    from fairseq_syntax.models.syntax_lstm import syntax_layers
+    from fairseq_syntax.modules.mechanisms import ENCODER_MECHANISMS, SyntaxMechanism, register_encoder_mechanism
+
+    class Shift(torch.nn.Module):
+        def __init__(self, args, embed_dim):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(embed_dim))
+
+        def forward(self, states, syntax, padding_mask):
+            return states + self.weight * syntax["src_word_ids"].t().unsqueeze(-1).to(states.dtype)
+
+    assert syntax_layers() == ("none", "gcn", "rgse")
+    try:
+        @register_encoder_mechanism("toy")
+        class Toy(SyntaxMechanism):
+            shape = "added_module"
+            features = ("src_word_ids",)
+            over_states = Shift
+
+        assert syntax_layers() == ("none", "gcn", "rgse", "toy")
+        parser = argparse.ArgumentParser()
+        SyntaxLSTMModel.add_args(parser)
+        assert parser.parse_args(["--lstm-syntax", "toy"]).lstm_syntax == "toy"
+        module = encoder("toy")
+        assert isinstance(module.syntax_layer, Shift) and module.syntax_features == ("src_word_ids",)
+        tokens, lengths, syntax, mask, _ = batch([4, 2, 3], True, seed=1)
+        with pytest.raises(ValueError, match=r"needs \['src_word_ids'\] in net_input"):
+            run(module, tokens, lengths, {})
+        x = run(module, tokens, lengths, {"src_word_ids": syntax["src_word_ids"]})[0]
+        states, _, _ = stock_states(module, tokens, lengths)
+        with torch.no_grad():
+            expected = states + module.syntax_layer.weight * syntax["src_word_ids"].t().unsqueeze(-1).float()
+        torch.testing.assert_close(x, expected.masked_fill(mask.t().unsqueeze(-1), 0.0))
+    finally:
+        ENCODER_MECHANISMS.pop("toy", None)
+    assert syntax_layers() == ("none", "gcn", "rgse")
+    with pytest.raises(ValueError, match="--lstm-syntax 'toy': not one of none, gcn, rgse"):
+        encoder("toy")
+    assert ENCODER_MECHANISMS["birnn_gcn"].over_states is None  # registered, with no form over states
+    with pytest.raises(ValueError, match="--lstm-syntax 'birnn_gcn': the encoder mechanism birnn_gcn has no form"):
+        encoder("birnn_gcn")
+    parser = argparse.ArgumentParser()
+    SyntaxLSTMModel.add_args(parser)
+    for name in ("toy", "birnn_gcn"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--lstm-syntax", name])
+
+
 def test_syntax_layers_have_exactly_their_parameters():
     names = {layer: {n for n, _ in encoder(layer).named_parameters()} for layer in ["none", *LAYERS]}
     assert names["none"] == {"embed_tokens.weight", *(f"lstm.{kind}_{ih}_l0{r}" for kind in ("weight", "bias")

@@ -12,12 +12,13 @@ default to gru):
          its initial states the encoder's final states, projected when 2 x encoder hidden != decoder hidden). With
          --lstm-syntax none the model is fairseq's `lstm`, parameter for parameter.
 In both, the encoder runs its RNN and then, over the RNN's outputs, the syntax layer chosen by --lstm-syntax (the
-option keeps its name in the GRU form):
+option keeps its name in the GRU form): none, or an encoder mechanism of the registry (modules/mechanisms.py) that
+declares a form over a recurrent encoder's states (`over_states`), with that mechanism's options and features:
   none   nothing
   gcn    h~ + gcn(h~): the gated, labeled, directed GCN of fairseq_syntax/modules/graph_convolution.py (edge dropout,
          --no-encoder-gcn-labels, --no-encoder-gcn-gates, --encoder-gcn-edge-dropout) with a residual connection, as
          the project's `birnn_gcn` mechanism (the RGSE paper's Transformer reimplementation of "BiRNN+GCN") puts it
-         over its BiGRU
+         over its BiGRU (`ResidualGraphConvolution`)
   rgse   the RGSE of fairseq_syntax/modules/rgse.py over h~ (--rgse-variant, --rgse-integration, --rgse-residual):
          its edge integration phi, its forward (and backward) GRUs s of C units, its residual tau with h~ and its
          projection back to C, i.e. `RecurrentGraphSyntaxEncoder.graph_states` and `.combine` on the given h~. The
@@ -43,10 +44,11 @@ syntax features index (modules/recurrent.py, `padded_rnn`). The decoder does not
 under the returned mask); attention weights then line up with the source tokens.
 
 Syntax reaches the encoder as forward arguments: fairseq calls `encoder(**net_input)` minus prev_output_tokens, so
-src_parent_first, src_labels and src_word_ids (declared in `syntax_features`, delivered by the syntax_translation
-task in training, fairseq-generate and fairseq-interactive alike) arrive as keyword arguments. The number of source
-labels (the GCN's bias rows) is the task's source label dictionary, recorded in the args as `source_label_count`
-by `build_model`, as the syntax transformer does.
+the mechanism's features (its `features_for(args)`: src_parent_first, src_labels and src_word_ids for gcn and rgse;
+the model's `syntax_features`, delivered by the syntax_translation task in training, fairseq-generate and
+fairseq-interactive alike) arrive as keyword arguments. The number of source labels (the GCN's bias rows) is the
+task's source label dictionary, recorded in the args as `source_label_count` by `build_model`, as the syntax
+transformer does.
 
 Differences from the paper (Ding & Tao follow Bahdanau et al.'s recurrent NMT, with GRUs, in Bastings et al.'s
 setting for NC-v11):
@@ -58,7 +60,7 @@ setting for NC-v11):
     h~ has 1024, decoder 512, Bastings et al.'s recurrent sizes).
 """
 import argparse
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple, Type
 
 import torch.nn as nn
 from fairseq import utils
@@ -70,70 +72,34 @@ from fairseq.models.lstm import (
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from ..modules.dependency_graph import piece_arcs
-from ..modules.graph_convolution import (
-    FEATURES, GraphConvolution, GraphConvolutionOptions, GraphConvolutionSublayer, upgrade_option_names,
-)
+from ..modules.graph_convolution import ResidualGraphConvolution, upgrade_option_names  # noqa: F401 (re-exported)
+from ..modules.mechanisms import ENCODER_MECHANISMS, SyntaxMechanism
 from ..modules.recurrent import padded_rnn
-from ..modules.rgse import RecurrentGraphSyntaxEncoder, RGSEOptions
+from ..modules.rgse import RGSEOverStates  # noqa: F401 (re-exported)
 from .gru_decoder import BahdanauGRUDecoder
 
-SYNTAX_LAYERS = ("none", "gcn", "rgse")
 RNN_CELLS = ("gru", "lstm")
 
 
-class ResidualGraphConvolution(nn.Module):
-    """h~ + gcn(h~) over the states of the recurrent encoder, (T, B, C) -> (T, B, C)."""
-
-    def __init__(self, args, embed_dim: int):
-        super().__init__()
-        GraphConvolutionSublayer.check_args(args)  # the GCN's options are those of the `gcn` mechanism
-
-        def option(name):
-            return GraphConvolutionSublayer.option(args, name)
-
-        num_labels = getattr(args, "source_label_count", None)
-        if not num_labels:
-            raise ValueError("--lstm-syntax gcn needs the source label dictionary: train with --task "
-                             "syntax_translation on a data-bin whose source side was parsed")
-        self.gcn = GraphConvolution(embed_dim, num_labels, labels=not option("no_encoder_gcn_labels"),
-                                    gates=not option("no_encoder_gcn_gates"),
-                                    edge_dropout=float(option("encoder_gcn_edge_dropout")),
-                                    hidden_dim=option("encoder_gcn_dim"))
-
-    def forward(self, states: Tensor, syntax: Dict[str, Tensor], padding_mask: Optional[Tensor]) -> Tensor:
-        arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"],
-                          self.gcn.num_labels)
-        return states + self.gcn(states, arcs)
+def syntax_layers() -> Tuple[str, ...]:
+    """--lstm-syntax's choices: none and the registered encoder mechanisms with a form over states."""
+    return ("none", *sorted(name for name, mechanism in ENCODER_MECHANISMS.items()
+                            if mechanism.over_states is not None))
 
 
-class RGSEOverStates(RecurrentGraphSyntaxEncoder):
-    """RGSE (rgse.py) over given states h~ (T, B, C): the mechanism's phi, s and tau, without the BiGRU that the
-    Transformer mechanism runs to make h~ (its two GRUs are not kept: no parameters of them)."""
-
-    def __init__(self, args, embed_dim: int):
-        width = getattr(args, "rgse_dim", None)
-        if width is not None and width != embed_dim:  # h~ is given: its width is the encoder's
-            raise ValueError(f"--rgse-dim {width}: over the recurrent encoder, RGSE has the width of its states h~ "
-                             f"({embed_dim}); leave --rgse-dim out")
-        super().__init__(args, embed_dim, num_heads=1, layer_index=0)
-        del self.context_forward, self.context_backward  # h~ is the recurrent encoder's output
-
-    def forward(self, states: Tensor, syntax: Dict[str, Tensor], padding_mask: Optional[Tensor]) -> Tensor:
-        context = states.transpose(0, 1)  # (B, T, C)
-        out = self.combine(self.graph_states(context, syntax, padding_mask), context)
-        return out.transpose(0, 1)
-
-
-def build_syntax_layer(args, embed_dim: int) -> Optional[nn.Module]:
+def syntax_mechanism(args) -> Optional[Type[SyntaxMechanism]]:
+    """The encoder mechanism --lstm-syntax names (None for none), its options checked."""
     name = str(getattr(args, "lstm_syntax", None) or "none")
-    if name == "gcn":
-        return ResidualGraphConvolution(args, embed_dim)
-    if name == "rgse":
-        return RGSEOverStates(args, embed_dim)
-    if name != "none":
-        raise ValueError(f"--lstm-syntax {name!r}: not one of {', '.join(SYNTAX_LAYERS)}")
-    return None
+    if name == "none":
+        return None
+    mechanism = ENCODER_MECHANISMS.get(name)
+    if mechanism is None:
+        raise ValueError(f"--lstm-syntax {name!r}: not one of {', '.join(syntax_layers())}")
+    if mechanism.over_states is None:
+        raise ValueError(f"--lstm-syntax {name!r}: the encoder mechanism {name} has no form over a recurrent "
+                         f"encoder's states (over_states); one of {', '.join(syntax_layers())}")
+    mechanism.check_args(args)
+    return mechanism
 
 
 class SyntaxLSTMEncoder(LSTMEncoder):
@@ -153,8 +119,9 @@ class SyntaxLSTMEncoder(LSTMEncoder):
                               bidirectional=lstm.bidirectional)
             for parameter in self.gru.parameters():
                 nn.init.uniform_(parameter, -0.1, 0.1)
-        self.syntax_layer = build_syntax_layer(args, self.output_units)
-        self.syntax_features: Tuple[str, ...] = FEATURES if self.syntax_layer is not None else ()
+        mechanism = syntax_mechanism(args)
+        self.syntax_layer = mechanism.over_states(args, self.output_units) if mechanism is not None else None
+        self.syntax_features: Tuple[str, ...] = tuple(mechanism.features_for(args)) if mechanism is not None else ()
 
     @property
     def rnn(self) -> nn.RNNBase:
@@ -227,17 +194,23 @@ class SyntaxLSTMModel(LSTMModel):
         parser.add_argument("--rnn-cell", choices=RNN_CELLS,
                             help="gru: Bahdanau et al.'s encoder-decoder (BiGRU encoder, GRU decoder with additive "
                                  "attention; the RGSE paper's); lstm: fairseq's lstm model. Presets: gru")
-        parser.add_argument("--lstm-syntax", choices=SYNTAX_LAYERS,
-                            help="syntax layer over the recurrent encoder's outputs: gcn (h~ + GCN(h~), Bastings et "
-                                 "al.) or rgse (Ding & Tao's RGSE over h~)")
-        # the options of the gcn and rgse mechanisms, without argparse defaults (presets fill what is unset)
-        gen_parser_from_dataclass(parser, GraphConvolutionOptions(), delete_default=True)
-        gen_parser_from_dataclass(parser, RGSEOptions(), delete_default=True)
+        choices = syntax_layers()
+        parser.add_argument("--lstm-syntax", choices=choices,
+                            help="syntax layer over the recurrent encoder's outputs: an encoder mechanism's form over "
+                                 "its states, e.g. gcn (h~ + GCN(h~), Bastings et al.) or rgse (Ding & Tao's RGSE "
+                                 "over h~)")
+        # those mechanisms' options, each dataclass once, without argparse defaults (presets fill what is unset)
+        for options in dict.fromkeys(ENCODER_MECHANISMS[name].options for name in choices[1:]):
+            if options is not None:
+                gen_parser_from_dataclass(parser, options(), delete_default=True)
 
     @classmethod
     def build_model(cls, args, task):
         if OmegaConf.is_config(args):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+            # fairseq-hydra-train's model config has no `criterion` (it is the criterion group's), which fairseq's
+            # LSTMModel.build_model reads to build an adaptive softmax: none, as for any criterion but adaptive_loss
+            args.criterion = getattr(args, "criterion", None)
         args.lstm_syntax = getattr(args, "lstm_syntax", None) or "none"
         args.rnn_cell = getattr(args, "rnn_cell", None) or "lstm"  # the presets say gru; a bare model is fairseq's
         upgrade_option_names(args)

@@ -40,6 +40,8 @@ Choshen & Abend stack 2 GCN layers, `--encoder-syntax-layers 0,1`):
   birnn_gcn  ("self_attention") self-attention replaced by a bidirectional GRU (C/2 per direction) followed by the
              GCN with a residual connection: y = BiGRU(x), sublayer output y + gcn(y) (the layer then applies its
              dropout, residual and layer norm as it would to self-attention's output)
+Over a recurrent encoder's states h~ (`over_states`, the syntax_lstm model's --lstm-syntax gcn), gcn is
+h~ + gcn(h~) with gcn's options (`ResidualGraphConvolution`): birnn_gcn's y + gcn(y), the encoder's BiRNN making y.
 """
 import contextlib
 from dataclasses import dataclass, field
@@ -252,11 +254,11 @@ class BidirectionalGRU(nn.Module):
 
 # ---- the mechanisms ---------------------------------------------------------------------------------------------
 
-def build_graph_convolution(mechanism, args, embed_dim: int) -> GraphConvolution:
+def build_graph_convolution(mechanism, args, embed_dim: int, chosen_by: str = "--encoder-syntax") -> GraphConvolution:
     labels = not mechanism.option(args, "no_encoder_gcn_labels")
     num_labels = getattr(args, "source_label_count", None)
     if not num_labels:
-        raise ValueError(f"--encoder-syntax {mechanism.name} needs the source label dictionary: train with --task "
+        raise ValueError(f"{chosen_by} {mechanism.name} needs the source label dictionary: train with --task "
                          f"syntax_translation on a data-bin whose source side was parsed")
     return GraphConvolution(embed_dim, num_labels, labels=labels,
                             gates=not mechanism.option(args, "no_encoder_gcn_gates"),
@@ -280,11 +282,25 @@ class _GraphMechanism(SyntaxMechanism):
                           self.gcn.num_labels)
 
 
+class ResidualGraphConvolution(nn.Module):
+    """gcn over a recurrent encoder's states: h~ + gcn(h~), (T, B, C) -> (T, B, C), with gcn's options."""
+
+    def __init__(self, args, embed_dim: int):
+        super().__init__()
+        self.gcn = build_graph_convolution(GraphConvolutionSublayer, args, embed_dim, chosen_by="--lstm-syntax")
+
+    def forward(self, states: Tensor, syntax, padding_mask: Optional[Tensor]) -> Tensor:
+        arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"],
+                          self.gcn.num_labels)
+        return states + self.gcn(states, arcs)
+
+
 @register_encoder_mechanism("gcn")
 class GraphConvolutionSublayer(_GraphMechanism):
     """The GCN as a sublayer after self-attention: LayerNorm(x + dropout(gcn(x))), or pre-norm."""
 
     shape = "added_module"
+    over_states = ResidualGraphConvolution
 
     def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
         super().__init__(args, embed_dim, num_heads, layer_index)

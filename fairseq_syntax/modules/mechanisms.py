@@ -28,6 +28,9 @@ declares, once:
   options           a FairseqDataclass of its options, declared once: they become command-line options of the
                     model (`--pascal-heads`) and keys of `model:` in a fairseq-hydra-train config (`pascal_heads`)
   attention_heads   the number of self-attention heads of its layers (default: the model's)
+  over_states       an encoder mechanism's form over a recurrent encoder's output states, if it has one: an
+                    nn.Module class built with (args, embed_dim), (states (T, B, C), syntax, mask) -> (T, B, C);
+                    the mechanisms with one are the choices of the syntax_lstm model's --lstm-syntax
 Syntax reaches a mechanism only through its forward arguments; no module keeps anything of a batch.
 
 A decoder mechanism may also build one token constraint for the whole decoder (`build_token_constraint`): a
@@ -94,6 +97,7 @@ class SyntaxMechanism(nn.Module):
     auxiliary_losses: Dict[str, str] = {}
     default_layers = "0"
     options: Optional[Type[FairseqDataclass]] = None
+    over_states: Optional[Type[nn.Module]] = None
 
     @classmethod
     def add_args(cls, parser):

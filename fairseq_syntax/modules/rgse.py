@@ -62,9 +62,12 @@ columns of the output are 0.
 
 Layers: paper Table 1 puts RGSE in encoder layers [1-3] of 6 (0-based "0,1,2", `default_layers`); any layers by
 --encoder-syntax-layers. The defaults are the paper's best: bi-total, gated integration, gated residual.
+
+Over a recurrent encoder's states (`over_states`, the syntax_lstm model's --lstm-syntax rgse): h~ is the encoder's
+output, so phi, s and tau run on it and the BiGRU of step 1 is not built (`RGSEOverStates`).
 """
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -259,3 +262,24 @@ class RecurrentGraphSyntaxEncoder(SyntaxMechanism):
         if key_padding_mask is not None:
             out = out.masked_fill(key_padding_mask.bool().unsqueeze(-1), 0.0)
         return out.transpose(0, 1)
+
+
+class RGSEOverStates(RecurrentGraphSyntaxEncoder):
+    """RGSE over given states h~ (T, B, C): the mechanism's phi, s and tau, without the BiGRU that the Transformer
+    mechanism runs to make h~ (its two GRUs are not kept: no parameters of them)."""
+
+    def __init__(self, args, embed_dim: int):
+        width = getattr(args, "rgse_dim", None)
+        if width is not None and width != embed_dim:  # h~ is given: its width is the encoder's
+            raise ValueError(f"--rgse-dim {width}: over the recurrent encoder, RGSE has the width of its states h~ "
+                             f"({embed_dim}); leave --rgse-dim out")
+        super().__init__(args, embed_dim, num_heads=1, layer_index=0)
+        del self.context_forward, self.context_backward  # h~ is the recurrent encoder's output
+
+    def forward(self, states: Tensor, syntax: Dict[str, Tensor], padding_mask: Optional[Tensor]) -> Tensor:
+        context = states.transpose(0, 1)  # (B, T, C)
+        out = self.combine(self.graph_states(context, syntax, padding_mask), context)
+        return out.transpose(0, 1)
+
+
+RecurrentGraphSyntaxEncoder.over_states = RGSEOverStates
