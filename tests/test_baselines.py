@@ -189,3 +189,16 @@ def test_label_embedding_trains_and_generates(data_bin, tmp_path):  # noqa: F811
     output = train(destdir, tmp_path / "sh", "transformer_sh_tiny")
     assert len(re.findall(r"train_inner .*? loss=([0-9.]+)", output)) == 4
     assert len(generate(destdir, tmp_path / "sh" / "checkpoint_last.pt")) == 40
+
+
+def test_criterion_weights_are_each_parts_declared_weights(data_bin):  # noqa: F811
+    """The weight of an auxiliary loss comes from the part that declares it, under the user's option (the criterion
+    reads `auxiliary_loss_weights` off the model's output); the fairseq decoder declares none."""
+    raw, destdir = data_bin
+    task, cfg = load_task(destdir, "--arch", "transformer_lisa_tiny", "--lisa-loss-weight", "0.25")
+    model = task.build_model(cfg.model)
+    assert model.encoder.auxiliary_loss_weights == {"lisa_parent": 0.25}
+    assert model.auxiliary_loss_weights == {"lisa_parent": 0.25}
+    assert task.auxiliary_losses == ("lisa_parent",)
+    task, cfg = load_task(destdir, "--arch", "transformer_lisa_tiny")
+    assert task.build_model(cfg.model).auxiliary_loss_weights == {"lisa_parent": 1.0}  # LisaOptions' default

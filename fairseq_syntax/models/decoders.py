@@ -98,6 +98,7 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
         self.syntax_features = tuple(dict.fromkeys(f for m in mechanisms for f in m.features_for(cfg)))
         self.optional_syntax_features = tuple(dict.fromkeys(f for m in mechanisms for f in m.training_features))
         self.auxiliary_loss_names = tuple(dict.fromkeys(name for m in mechanisms for name in m.auxiliary_losses))
+        self.auxiliary_loss_weights = {loss: w for m in mechanisms for loss, w in m.loss_weights(cfg).items()}
         input_mechanism = self.syntax_choice.whole("input")
         self.input_module = (input_mechanism(cfg, embed_tokens.embedding_dim, cfg.decoder.attention_heads, -1)
                              if input_mechanism is not None else None)

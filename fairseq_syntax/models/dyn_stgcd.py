@@ -152,7 +152,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         self.optional_syntax_features = ("prev_parent_first", "prev_word_ids") if self.predicts_graph else ()
         self.auxiliary_loss_names = (GRAPH_LOSS,)
         weight = getattr(cfg, "dyn_stgcd_graph_loss_weight", None)
-        self.loss_weights = {GRAPH_LOSS: float(1.0 if weight is None else weight)}
+        self.auxiliary_loss_weights = {GRAPH_LOSS: float(1.0 if weight is None else weight)}
 
     def max_positions(self):
         return self.max_target_positions

@@ -41,6 +41,7 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         self.syntax_features = tuple(mechanism.features_for(cfg)) if mechanism else ()
         self.optional_syntax_features = tuple(mechanism.training_features) if mechanism else ()
         self.auxiliary_loss_names = tuple(mechanism.auxiliary_losses) if mechanism else ()
+        self.auxiliary_loss_weights = mechanism.loss_weights(cfg) if mechanism else {}
         self.passed_on_features: tuple = ()  # set by the model: the source features its decoder reads
         self.embedding_mechanism = None
         if mechanism is not None and mechanism.shape == "embedding":
@@ -178,15 +179,9 @@ class SyntaxTransformerModel(TransformerModel):
 
     @property
     def auxiliary_loss_weights(self) -> Dict[str, float]:
-        """{auxiliary loss: its weight}, from the options the chosen mechanisms name for them."""
-        weights = {}
-        for part in (self.encoder, self.decoder):
-            choice = getattr(part, "syntax_choice", None)
-            for mechanism in (choice.mechanisms if choice is not None else ()):
-                for loss, option in mechanism.auxiliary_losses.items():
-                    weights[loss] = float(mechanism.option(part.cfg, option))
-        weights.update(getattr(self.decoder, "loss_weights", {}))  # a decoder's own losses (Dyn-STGCD's graph)
-        return weights
+        """{auxiliary loss: its weight}: what the encoder and the decoder each declare (the criterion's weights)."""
+        return {**getattr(self.encoder, "auxiliary_loss_weights", {}),
+                **getattr(self.decoder, "auxiliary_loss_weights", {})}
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,

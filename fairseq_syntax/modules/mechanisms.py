@@ -112,6 +112,11 @@ class SyntaxMechanism(nn.Module):
         return value if value is not None else getattr(cls.options(), name)
 
     @classmethod
+    def loss_weights(cls, args) -> Dict[str, float]:
+        """{auxiliary loss: its weight under these options}: the declaration the criterion reads."""
+        return {loss: float(cls.option(args, option)) for loss, option in cls.auxiliary_losses.items()}
+
+    @classmethod
     def features_for(cls, args) -> Tuple[str, ...]:
         """The features a model with these options consumes (a subset of `features`)."""
         return cls.features
