@@ -260,9 +260,11 @@ def test_presets_give_the_gru_form_and_the_lstm_form_on_request(function):
 
 
 def test_a_checkpoint_config_from_before_rnn_cell_is_the_lstm_form():
-    """fairseq's saved model configs carry `_name`; one without the rnn_cell key is the LSTM form it was trained
-    as. A command line has the key (None unless given), so it gets the GRU form."""
-    for given, expected in (({"_name": "lstm_gcn_tiny"}, "lstm"), ({"_name": "lstm_gcn_tiny", "rnn_cell": None}, "gru"),
+    """fairseq's saved model configs carry `_name` and every option of the command line (`criterion` among them); one
+    without the rnn_cell key is the LSTM form it was trained as. A command line has the key (None unless given), so
+    it gets the GRU form, as does a fairseq-hydra-train model config (`_name` and its own keys only)."""
+    saved = {"_name": "lstm_gcn_tiny", "criterion": "label_smoothed_cross_entropy"}
+    for given, expected in ((saved, "lstm"), ({**saved, "rnn_cell": None}, "gru"), ({"_name": "lstm_gcn_tiny"}, "gru"),
                             ({"rnn_cell": None}, "gru"), ({}, "gru"), ({"_name": "x", "rnn_cell": "gru"}, "gru")):
         args = Namespace(**given)
         lstm_presets.lstm_gcn_tiny(args)

@@ -132,10 +132,13 @@ def check_update_freq(destdir, direction, method_args):
     assert_same_step(step(task, cfg, whole), step(task, cfg, halves), "--update-freq 2")
 
 
-@pytest.mark.parametrize("method", [name for name in METHODS if name not in TARGET_SIDE])
+@pytest.mark.parametrize("method", ["vanilla_syntax", *(name for name in METHODS if name not in TARGET_SIDE)])
 def test_two_accumulated_batches_equal_one_batch_source_side(data_bin, method, request):  # noqa: F811
     """--update-freq 2 against a batch twice the size (no dropout, no parent ignoring, no edge dropout: METHODS
     without RANDOMNESS)."""
+    if method == "vanilla_syntax":
+        check_update_freq(data_bin[1], ("en", "de"), SOURCE_METHODS[method])
+        return
     check_update_freq(method_bin(method, data_bin, request)[0], ("en", "de"), METHODS[method])
 
 
@@ -193,7 +196,7 @@ def test_the_comparison_can_fail(data_bin):  # noqa: F811
         assert_same_step(step(task, cfg, batch), step(none_task, none_cfg, batch), "syntax off")
 
 
-@pytest.mark.parametrize("method", ["linearized", "parent"])
+@pytest.mark.parametrize("method", list(TRANSITION_METHODS))
 def test_valid_bleu_on_a_transitions_data_bin_scores_the_text(transition_bin, method, monkeypatch):  # noqa: F811
     """--eval-bleu on a --target-transitions data-bin: the validation search is the constrained one (every
     hypothesis a tree), and hypotheses and references are scored as text, transition tokens left out: each

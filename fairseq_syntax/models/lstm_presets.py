@@ -41,11 +41,12 @@ TINY = dict(embed_dim=32, hidden_size=32, decoder_hidden_size=64, dropout=0.1)
 
 
 def _saved_before_rnn_cell(args) -> bool:
-    """A model config that fairseq made (its `_name` is set: a checkpoint's, or the one fairseq-train builds from the
-    command line after the presets ran) without an rnn_cell key at all: saved before --rnn-cell existed. Command
-    lines always have the key (None when not given)."""
+    """A model config that fairseq made from a whole command line (its `_name` is set, and, a legacy model's, it
+    holds every option, `criterion` among them: a checkpoint's, or the one fairseq-train builds after the presets
+    ran) without an rnn_cell key at all: saved before --rnn-cell existed. Command lines always have the key (None when
+    not given); a fairseq-hydra-train model config has only its own keys, no `criterion`."""
     has = (lambda name: name in args) if OmegaConf.is_config(args) else (lambda name: hasattr(args, name))
-    return has("_name") and not has("rnn_cell")
+    return has("_name") and has("criterion") and not has("rnn_cell")
 
 
 def set_rnn_cell(args) -> str:

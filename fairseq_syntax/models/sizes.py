@@ -5,6 +5,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from fairseq.models import register_model_architecture
+from omegaconf import OmegaConf
+from fairseq.models.transformer import (
+    DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, DEFAULT_MIN_PARAMS_TO_WRAP,
+)
 from fairseq.models.transformer.transformer_legacy import base_architecture
 
 MULTI30K = dict(layers=3, embed_dim=256, ffn_embed_dim=1024, heads=4, dropout=0.3)
@@ -52,12 +56,18 @@ def register_family(model: str, prefix: str, presets: Mapping[str, Preset], base
     for suffix, preset in presets.items():
         name = prefix + suffix
         registered[name] = register_model_architecture(model, name)(
-            _architecture(name, preset, base, defaults or {}, size_setter))
+            _architecture(name, preset, base, defaults or {}, size_setter, legacy_defaults=model == "transformer"))
     return registered
 
 
-def _architecture(name, preset: Preset, base, family_defaults, size_setter):
+def _architecture(name, preset: Preset, base, family_defaults, size_setter, legacy_defaults: bool = False):
     def architecture(args):
+        if legacy_defaults and OmegaConf.is_config(args):
+            # fairseq-hydra-train: fairseq's legacy TransformerModel.build_model sets these three when unset, after
+            # the architecture has run, when the config no longer takes new keys; set them here, to its values
+            set_default(args, "max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS)
+            set_default(args, "max_target_positions", DEFAULT_MAX_TARGET_POSITIONS)
+            set_default(args, "min_params_to_wrap", DEFAULT_MIN_PARAMS_TO_WRAP)
         for option, value in preset.defaults.items():
             set_default(args, option, value)
         if preset.sizes is not None:
