@@ -75,22 +75,26 @@ def encoder_self_attention(checkpoint: Path, data_bin: Path, split: str = "test"
     if attention is None:
         raise EvaluationError(f"--layer {layer}: its syntax mechanism replaces self-attention; there are no "
                               f"attention weights to plot")
+    # torch's module hooks (no patched method): the pre-hook asks the layer's call for every head's weights, the
+    # forward hook keeps them
     captured = []
-    original_forward, original_skip = attention.forward, getattr(attention, "skip_embed_dim_check", False)
 
-    def capture(*args, **kwargs):
-        kwargs["need_weights"] = kwargs["need_head_weights"] = True
-        output = original_forward(*args, **kwargs)
+    def ask_for_head_weights(module, args, kwargs):
+        return args, {**kwargs, "need_weights": True, "need_head_weights": True}
+
+    def keep_weights(module, args, output):
         captured.append(output[1])
-        return output
 
-    attention.forward = capture
+    hooks = [attention.register_forward_pre_hook(ask_for_head_weights, with_kwargs=True),
+             attention.register_forward_hook(keep_weights)]
+    original_skip = getattr(attention, "skip_embed_dim_check", False)
     attention.skip_embed_dim_check = True  # keeps fairseq off torch's fused path, which only returns mean weights
     try:
         with torch.no_grad():
             model.encoder(**net_input)
     finally:
-        del attention.forward
+        for hook in hooks:
+            hook.remove()
         attention.skip_embed_dim_check = original_skip
     weights = captured[0][:, 0].float().numpy()  # (H, T, T)
     tokens = [task.source_dictionary[int(t)] for t in net_input["src_tokens"][0]]

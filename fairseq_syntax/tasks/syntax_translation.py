@@ -54,11 +54,14 @@ class SyntaxTranslationTask(TranslationTask):
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
-        # filled in build_model and shared with every dataset this task loads
+        # filled in build_model and shared, by reference, with every dataset this task loads: fairseq-train loads the
+        # valid split before it builds the model, so a dataset cannot be given the final set when it is made
         self.net_input_features = set()
         # the features a model cannot do without (optional ones, e.g. LISA's parents, are not parsed for at inference)
         self.required_features = set()
         self._raw_text_encoder = None
+        # fairseq-interactive hands the task the lines (get_interactive_tokens_and_lengths), then only their tokens
+        # (build_dataset_for_inference): the parses of the lines in between are kept here, keyed by their tokens
         self._inference_syntax: Dict[Tuple[int, ...], SentenceSyntax] = {}
         self._unusable_inputs: List[int] = []
         self._input_lines_read = 0
