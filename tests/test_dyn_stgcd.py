@@ -223,6 +223,27 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
         words = [token["form"] for token in sentence]
         assert words == (detokenized[int(sentence.metadata["sent_id"])].split() or ["_"])
         assert all(0 <= token["head"] <= len(words) and token["head"] != token["id"] for token in sentence)
+    if "--encoder-syntax" not in arch:
+        # sampling, two hypotheses per sentence, an ensemble of the checkpoint with itself: a tree for each
+        # hypothesis (rank r > 0 named "id.r"), over its own words (the ensemble's hypotheses, the first model's graph)
+        checkpoint = tmp_path / "ckpt" / "checkpoint_last.pt"
+        sampled_trees = tmp_path / "sampled.conllu"
+        sampled = run_cli("fairseq-generate", *cli_common(destdir), "--path", f"{checkpoint}:{checkpoint}",
+                          "--gen-subset", "valid", "--sampling", "--sampling-topk", "5", "--beam", "2", "--nbest", "2",
+                          "--seed", "2", "--max-len-a", "0", "--max-len-b", "20", "--trees-out", sampled_trees)
+        hypotheses = {}
+        for match in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", sampled.stdout, re.M):
+            hypotheses.setdefault(int(match.group(1)), []).append(match.group(2))
+        assert sorted(hypotheses) == list(range(VALID)) and all(len(h) == 2 for h in hypotheses.values())
+        by_name = {s.metadata["sent_id"]: [token["form"] for token in s]
+                   for s in conllu.parse(sampled_trees.read_text(encoding="utf-8"))}
+        def name(i, rank):
+            return f"{i}" if rank == 0 else f"{i}.{rank}"
+
+        assert sorted(by_name) == sorted(name(i, rank) for i in range(VALID) for rank in (0, 1))
+        for i, texts in hypotheses.items():
+            for rank, text in enumerate(texts):
+                assert by_name[name(i, rank)] == (text.split() or ["_"])
     # the evaluator scores them against spaCy's parse of the same words
     from fairseq_syntax.evaluation.cli import main
 
