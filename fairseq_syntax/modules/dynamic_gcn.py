@@ -97,12 +97,13 @@ class EvolvingWeight(nn.Module):
         dim = self.dim
         inputs = self.summarize(nodes, node_mask).transpose(1, 2)  # (B, columns, g): x_c
         state = previous.transpose(1, 2)  # h_c = column c of W_{t-1}
-        from_input = inputs @ self.input_weights.reshape(3 * dim, dim).t()  # P_Z x, P_R x, P_W x
-        from_state = state @ self.state_weights[:2].reshape(2 * dim, dim).t()  # Q_Z h, Q_R h
+        # chunk, not slices: the backward of a slice fills a zero tensor of the whole GEMM output per gate
+        input_z, input_r, input_w = (inputs @ self.input_weights.reshape(3 * dim, dim).t()).chunk(3, dim=-1)
+        state_z, state_r = (state @ self.state_weights[:2].reshape(2 * dim, dim).t()).chunk(2, dim=-1)
         bias = self.biases.transpose(1, 2)  # B_Z, B_R, B_W by column
-        update = torch.sigmoid(from_input[..., :dim] + from_state[..., :dim] + bias[0])
-        reset = torch.sigmoid(from_input[..., dim:2 * dim] + from_state[..., dim:] + bias[1])
-        candidate = torch.tanh(from_input[..., 2 * dim:] + (reset * state) @ self.state_weights[2].t() + bias[2])
+        update = torch.sigmoid(input_z + state_z + bias[0])
+        reset = torch.sigmoid(input_r + state_r + bias[1])
+        candidate = torch.tanh(input_w + (reset * state) @ self.state_weights[2].t() + bias[2])
         return ((1 - update) * state + update * candidate).transpose(1, 2)
 
 
