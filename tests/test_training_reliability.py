@@ -48,7 +48,9 @@ METHODS = {
 TRANSITION_METHODS = ("linearized", "bitran", "parent", "gcn_decoder")
 RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"], "gcn": ["--encoder-gcn-edge-dropout", "0.2"],
               "birnn_gcn": ["--encoder-gcn-edge-dropout", "0.2"], "lstm_gcn": ["--encoder-gcn-edge-dropout", "0.2"]}
-ARCHS = pytest.mark.parametrize("method", list(METHODS))
+# ... and the syntax transformer without a mechanism (its own encoder class, fairseq's decoder)
+RELIABILITY = {**METHODS, "syntax_transformer": ["--arch", "transformer_pascal_tiny", "--encoder-syntax", "none"]}
+ARCHS = pytest.mark.parametrize("method", list(RELIABILITY))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def losses(result):
 @ARCHS
 def test_resume_reproduces_uninterrupted_run(data_bin, tmp_path, method, request):  # noqa: F811
     """Dropout on (random per update), interrupted mid-epoch after 4 updates."""
-    args = [*method_bin(method, data_bin, request), *COMMON, *METHODS[method], *RANDOMNESS.get(method, []),
+    args = [*method_bin(method, data_bin, request), *COMMON, *RELIABILITY[method], *RANDOMNESS.get(method, []),
             "--max-tokens", "600", "--no-epoch-checkpoints"]
     straight = losses(run_cli("fairseq-train", *args, "--max-update", "8", "--save-dir", tmp_path / "a"))
     run_cli("fairseq-train", *args, "--max-update", "4", "--save-dir", tmp_path / "b")
@@ -113,7 +115,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_total_batch(data_bin
     import subprocess
 
     from .helpers import BIN
-    args = [*method_bin(method, data_bin, request), *COMMON, *METHODS[method], "--dropout", "0", "--max-tokens",
+    args = [*method_bin(method, data_bin, request), *COMMON, *RELIABILITY[method], "--dropout", "0", "--max-tokens",
             "600", "--max-update", "4", "--no-save"]
     single = losses(run_cli("fairseq-train", *args, "--update-freq", "2"))
     port = free_port()
