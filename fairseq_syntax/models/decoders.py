@@ -6,6 +6,10 @@
                re-encoded and every generated token attends to every token of the prefix. Training computes every
                prefix of every sentence as its own view (exact), or k sampled prefixes per sentence
                (--bitran-prefixes k); generation re-encodes the prefix at each step of fairseq's beam search.
+  dyn_stgcd    Li et al.'s dynamic graph convolutional decoder, registered in models/dyn_stgcd.py (no layers of
+               this file: its blocks, state and graph are its own).
+Why the first two share a file of ~400 lines: BiTran is the causal decoder run over re-encoded views, subclassing
+it and reusing its layer loop, mechanisms and decoder context.
 
 Decoder syntax mechanisms (--decoder-syntax, a comma-separated list; modules/mechanisms.py) are built where their
 layer is built, and reach their inputs as forward arguments: the batch's target features, and, for a mechanism that
