@@ -306,3 +306,31 @@ def test_tiny_chunks_pass_good_data_and_name_the_right_sentence(tmp_path, chunk_
     cycle[55]["heads"] = [0, 3, 4, 2]  # sentence 55: 4 words, 2 -> 3 -> 4 -> 2 beside the root 1
     with pytest.raises(SideChannelError, match=r"x\.heads: sentence 55 is not a tree: word 1 never reaches the root"):
         load(write_side(tmp_path / "cycle", cycle), token_sizes=tokens, chunk_values=chunk_values)
+
+
+def test_the_loading_check_and_tree_problem_agree_on_every_small_tree():
+    """channels._check_trees (all sentences at once, numpy) and data/trees.tree_problem (one sentence) give the same
+    verdict on every head sequence of 1 to 4 words, in range (the loader checks the range before)."""
+    import itertools
+
+    from fairseq_syntax.data.channels import _check_trees
+    from fairseq_syntax.data.trees import tree_problem
+
+    class Refused(Exception):
+        pass
+
+    def fail(*_):
+        raise Refused
+
+    checked = 0
+    for n in range(1, 5):
+        for heads in itertools.product(range(n + 1), repeat=n):
+            array = np.array(heads, dtype=np.int64)
+            try:
+                _check_trees(array, np.array([n]), np.array([n]), fail)
+                accepted = True
+            except Refused:
+                accepted = False
+            assert accepted == (tree_problem(list(heads)) is None), heads
+            checked += 1
+    assert checked == 2 + 9 + 64 + 625  # (n + 1)^n sequences of n words
