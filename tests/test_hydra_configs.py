@@ -76,7 +76,11 @@ def hydra_config(tmp_path, destdir, direction, arch, options):
     return cfg
 
 
-@pytest.mark.parametrize("method", list(SYSTEMS))
+# LDD and multi-task need data-bins of their own (a SuPar parser; a multi-task preprocessing): only make test-slow
+SLOW = ("ldd", "multitask")
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in SYSTEMS])
 def test_hydra_builds_and_trains_what_the_command_line_does(data_bin, method, request, tmp_path):  # noqa: F811
     from fairseq import tasks
 

@@ -249,8 +249,9 @@ def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training
 
 @pytest.mark.parametrize("arch", [
     ["--arch", "transformer_parent_tiny", "--encoder-syntax", "pascal"],
-    ["--arch", "transformer_gcn_decoder_tiny", "--encoder-syntax", "rgse", "--encoder-syntax-layers", "0,1",
-     "--no-decoder-gcn-gates"],
+    # (slow: make test keeps one CLI run of these decoders; 108 s on 2 cores)
+    pytest.param(["--arch", "transformer_gcn_decoder_tiny", "--encoder-syntax", "rgse", "--encoder-syntax-layers",
+                  "0,1", "--no-decoder-gcn-gates"], marks=pytest.mark.slow),
 ], ids=["pascal+parent", "rgse+gcn-gates"])
 def test_train_generate_and_trees_through_the_cli(transition_bin, tmp_path, arch):  # noqa: F811
     """BiTran with PARENT and with the GCN decoder (an ablation switch on), each under an encoder mechanism, train 3
