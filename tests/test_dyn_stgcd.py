@@ -100,6 +100,30 @@ def test_right_padding_changes_no_sentence(parsed_bin):
             torch.testing.assert_close(alone[0], batch[b, :length], rtol=1e-4, atol=1e-5)
 
 
+def test_rows_leaving_the_step_loop_keep_their_graph_and_graph_loss(parsed_bin):
+    """Training steps only the rows that still have real columns: each sentence's final graph and graph loss in a
+    batch of sentences of different lengths are those it gets alone, and the batch's graph loss is their sum."""
+    _, destdir = parsed_bin
+    task, model = build(destdir)
+    sample = shortest(task, 6)
+    net_input = sample["net_input"]
+    pad = task.target_dictionary.pad()
+    lengths = net_input["prev_output_tokens"].ne(pad).sum(dim=1).tolist()
+    assert len(set(lengths)) > 1 and "prev_parent_first" in net_input  # rows leave at different steps
+    with torch.no_grad():
+        _, extra = model(**net_input)
+        alone_losses = []
+        for b, length in enumerate(lengths):
+            one = {k: v[b:b + 1] for k, v in net_input.items()}
+            one = {k: (v[:, :length] if k.startswith("prev") else v) for k, v in one.items()}
+            _, alone = model(**one)
+            alone_losses.append(alone["auxiliary_losses"]["target_graph"])
+            torch.testing.assert_close(extra["adjacency"][b, :length, :length], alone["adjacency"][0],
+                                       rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(extra["auxiliary_losses"]["target_graph"], torch.stack(alone_losses).sum(),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_gold_graph_is_the_target_parse(parsed_bin):
     """The gold adjacency the loss reads is the target side's CoNLL-U tree: for every token column, its row holds
     1 exactly at the first piece of its head word (BOS for the root), a later piece of a word at its word's first

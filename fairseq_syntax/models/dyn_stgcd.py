@@ -62,6 +62,11 @@ def parse_hidden_graphs(spec: str) -> List[Tuple[int, int]]:
     return groups
 
 
+def select_rows(context: Dict[str, Tensor], rows: Tensor) -> Dict[str, Tensor]:
+    """The source context of the given batch rows (beam reordering; rows leaving the training loop)."""
+    return {name: value.index_select(1 if name in BLOCK_STACKED else 0, rows) for name, value in context.items()}
+
+
 @register_decoder("dyn_stgcd")
 class DynStgcdDecoder(FairseqIncrementalDecoder):
     takes_batch_features = True
@@ -243,26 +248,35 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         # a column's input does not depend on later columns (positions count from the left): embedded once
         embeddings = self.node_inputs(prev_output_tokens)
         outputs, losses = [], []
-        width = prev_output_tokens.size(1)
+        batch, width = prev_output_tokens.shape
         last_step = node_mask.sum(dim=1) - 1  # each row's graph is complete at the step of its last column
-        final = torch.zeros(prev_output_tokens.size(0), width, width, device=prev_output_tokens.device)
+        final = torch.zeros(batch, width, width, device=prev_output_tokens.device)
+        # the rows still stepped: a row whose remaining columns are all padding leaves the loop (its later outputs
+        # are padding, which no loss reads; rows are independent, so the others' values do not change)
+        rows = torch.arange(batch, device=prev_output_tokens.device)
         for t in range(width):
-            gold_previous = gold[:, :t, :t] if gold is not None and self.teacher_forced and self.training else None
-            out, adjacency, states = self.step(prev_output_tokens[:, :t + 1], states, context, gold_previous,
-                                               embeddings[:, :t + 1])
-            outputs.append(out)
-            ending = last_step == t
-            final[:, :t + 1, :t + 1] = torch.where(ending.view(-1, 1, 1), adjacency.detach(),
-                                                   final[:, :t + 1, :t + 1])
+            going_on = node_mask[rows, t:].any(dim=1)
+            if not bool(going_on.all()):
+                kept = going_on.nonzero().squeeze(1)
+                rows, context = rows.index_select(0, kept), select_rows(context, kept)
+                states = [state.index_select(kept) for state in states]
+            gold_previous = (gold[rows, :t, :t] if gold is not None and self.teacher_forced and self.training
+                             else None)
+            out, adjacency, states = self.step(prev_output_tokens[rows, :t + 1], states, context, gold_previous,
+                                               embeddings[rows, :t + 1])
+            outputs.append(out.new_zeros(batch, out.size(1)).index_copy(0, rows, out))
+            ending = rows[last_step[rows] == t]
+            final[ending, :t + 1, :t + 1] = adjacency.detach()[last_step[rows] == t]
             if gold is not None:
-                step_mask = node_mask[:, :t + 1]
-                losses.append(graph_loss(adjacency, gold[:, :t + 1, :t + 1], step_mask) * node_mask[:, t])
+                step_mask = node_mask[rows, :t + 1]
+                losses.append((graph_loss(adjacency, gold[rows, :t + 1, :t + 1], step_mask)
+                               * node_mask[rows, t]).sum())
         x = torch.stack(outputs, dim=1)
         if self.graph_to_output is not None:
             x = self.graph_to_output(x)
         extra = {"attn": [None], "inner_states": [x.transpose(0, 1)], "adjacency": final}
         if losses:
-            extra["auxiliary_losses"] = {GRAPH_LOSS: torch.stack(losses, dim=1).sum()}
+            extra["auxiliary_losses"] = {GRAPH_LOSS: torch.stack(losses).sum()}
         return x, extra
 
     def extract_step(self, prev_output_tokens, encoder_out, incremental_state):
@@ -306,8 +320,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         kept = self.get_incremental_state(incremental_state, STATE_KEY)
         if kept is None:
             return
-        context = {name: value.index_select(1 if name in BLOCK_STACKED else 0, new_order)
-                   for name, value in kept["context"].items()}
+        context = select_rows(kept["context"], new_order)
         self.set_incremental_state(incremental_state, STATE_KEY, {
             "length": kept["length"], "context": context,
             "states": [state.index_select(new_order) for state in kept["states"]],
