@@ -26,7 +26,7 @@ Where the equations allow no cache: every step re-encodes every node (W_t and A_
 step, so no node's vector from an earlier step can be reused); what is carried from step to step, in training and
 in fairseq's beam search alike (one `step` function), is each block's W_{t-1}, A_{t-1}, outputs Y^l_{t-1} and the
 entry value of new nodes. Training therefore runs the T steps in turn (about T^2/2 node-columns per sentence per
-block), as beam search does.
+block; a sentence leaves the loop after its last real column), as beam search does.
 """
 from contextlib import nullcontext
 from typing import Dict, List, Optional, Sequence, Tuple
