@@ -265,8 +265,8 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
             out, adjacency, states = self.step(prev_output_tokens[rows, :t + 1], states, context, gold_previous,
                                                embeddings[rows, :t + 1])
             outputs.append(out.new_zeros(batch, out.size(1)).index_copy(0, rows, out))
-            ending = rows[last_step[rows] == t]
-            final[ending, :t + 1, :t + 1] = adjacency.detach()[last_step[rows] == t]
+            ending = last_step[rows] == t  # (of the rows stepped) graphs complete at this step
+            final[rows[ending], :t + 1, :t + 1] = adjacency.detach()[ending]
             if gold is not None:
                 step_mask = node_mask[rows, :t + 1]
                 losses.append((graph_loss(adjacency, gold[rows, :t + 1, :t + 1], step_mask)

@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from fairseq.models import register_model_architecture
-from omegaconf import OmegaConf
 from fairseq.models.transformer import (
     DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, DEFAULT_MIN_PARAMS_TO_WRAP,
 )
 from fairseq.models.transformer.transformer_legacy import base_architecture
+from omegaconf import OmegaConf
 
 MULTI30K = dict(layers=3, embed_dim=256, ffn_embed_dim=1024, heads=4, dropout=0.3)
 TINY = dict(layers=2, embed_dim=64, ffn_embed_dim=128, heads=4, dropout=0.1)
