@@ -270,6 +270,44 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced)
         assert abs(running[0][5][5] - sigmoid(alpha + beta)) > 100 * TOLERANCES["atol"]
 
 
+def test_no_mask_is_every_node_real(device):
+    """The decoder passes node_mask None when a step has no padding (every step of training and beam search):
+    each module then equals its equation's loop with every node real, and a whole DynamicGCN step too."""
+    generator = torch.Generator().manual_seed(17)
+    torch.manual_seed(17)
+    g, n, batch = 4, 5, 3
+    every = torch.ones(batch, n, dtype=torch.bool)
+    nodes = torch.randn(batch, n, g, generator=generator)
+    attention = GraphAttentionCoefficients(embed_dim=g, attention_dim=3)
+    torch.testing.assert_close(on(device, attention)(on(device, nodes), None).cpu().double(),
+                               naive_attention(attention, nodes, every), **TOLERANCES)
+    weight = EvolvingWeight(g)
+    with torch.no_grad():
+        weight.biases.normal_(0.0, 0.7, generator=generator)
+    previous = torch.randn(batch, g, g, generator=generator)
+    torch.testing.assert_close(on(device, weight)(on(device, nodes), None, on(device, previous)).cpu().double(),
+                               naive_evolving_weight(weight, nodes, every, previous), **TOLERANCES)
+    adjacency = torch.rand(batch, n, n, generator=generator)
+    for sog in (None, torch.randn(batch, g, generator=generator)):
+        got = normalized_propagation(on(device, adjacency), None, on(device, nodes), on(device, sog)).cpu()
+        torch.testing.assert_close(got.double(), naive_propagation(adjacency, every, nodes, sog), **TOLERANCES)
+    temporal = TemporalConvolution(g, kernel_size=3, dilation=2).eval()
+    torch.testing.assert_close(on(device, temporal)(on(device, nodes), None, on(device, adjacency)).cpu().double(),
+                               naive_temporal(temporal, nodes, every, adjacency), **TOLERANCES)
+    # two steps of a layer without a mask and with an all-real one (the masked path is checked against eq. 7 above)
+    layer = on(device, DynamicGCN(g, attention_dim=3))
+    states = [layer.initial_state(on(device, nodes[:, :0])) for _ in range(2)]
+    sog = on(device, torch.randn(batch, g, generator=generator))
+    for t in range(2):
+        inputs = on(device, nodes[:, :t + 1])
+        results = [layer.step(inputs, mask, state, sog) for mask, state in
+                   zip((None, on(device, every[:, :t + 1])), states)]
+        for got, expected in zip(results[0], results[1]):
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+        states = [layer.next_state(state, adjacency, weight, convolved)
+                  for state, (convolved, adjacency, weight) in zip(states, results)]
+
+
 # ---- 5. temporal convolution (§3.4, A.3) -------------------------------------------------------------------------
 
 def naive_temporal(layer, nodes, mask, adjacency):

@@ -210,6 +210,9 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         """Step t = tokens.size(1) - 1: every block over the nodes 0..t. Gives node t's last vector (B, G), the
         last block's A_t (B, n, n) and the new states."""
         node_mask = tokens.ne(self.padding_idx)
+        # the steps of training (rows leave the loop at their last real column, targets are right-padded) and of
+        # beam search see no padding: None spares every mask operation of the blocks
+        node_mask = None if bool(node_mask.all()) else node_mask
         context = dict(context, embeddings=self.node_inputs(tokens) if embeddings is None else embeddings)
         y = context["embeddings"].new_zeros(tokens.size(0), tokens.size(1), self.dim)  # Y^0 = 0
         new_states, adjacency = [], None

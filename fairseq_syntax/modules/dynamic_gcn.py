@@ -39,15 +39,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def masked_softmax(scores: Tensor, allowed: Tensor, dim: int) -> Tensor:
-    """Softmax over `dim` among the allowed entries; 0 where none is allowed (float32)."""
+def masked_softmax(scores: Tensor, allowed: Optional[Tensor], dim: int) -> Tensor:
+    """Softmax over `dim` among the allowed entries (None: all); 0 where none is allowed (float32)."""
+    if allowed is None:
+        return torch.softmax(scores.float(), dim=dim)
     scores = scores.float().masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=dim)
     return torch.nan_to_num(weights, nan=0.0) * allowed
 
 
 class GraphAttentionCoefficients(nn.Module):
-    """Ã of eq. 7: (B, n, n) float32 from node vectors (B, n, d), rows softmax-normalised over the real nodes."""
+    """Ã of eq. 7: (B, n, n) float32 from node vectors (B, n, d), rows softmax-normalised over the real nodes
+    (node_mask None: all nodes are real)."""
 
     def __init__(self, embed_dim: int, attention_dim: int, negative_slope: float = 0.2):
         super().__init__()
@@ -56,12 +59,12 @@ class GraphAttentionCoefficients(nn.Module):
         self.negative_slope = negative_slope
         nn.init.xavier_uniform_(self.psi)
 
-    def forward(self, nodes: Tensor, node_mask: Tensor) -> Tensor:
+    def forward(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
         projected = self.project(nodes).float()
         scores = ((projected @ self.psi[0].float()).unsqueeze(2)       # psi_i . W y_i
                   + (projected @ self.psi[1].float()).unsqueeze(1))    # psi_j . W y_j
         scores = F.leaky_relu(scores, self.negative_slope)
-        allowed = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
+        allowed = None if node_mask is None else node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
         return masked_softmax(scores, allowed, dim=2)
 
 
@@ -86,12 +89,13 @@ class EvolvingWeight(nn.Module):
     def initial_state(self, batch: int) -> Tensor:
         return self.initial.unsqueeze(0).expand(batch, -1, -1)
 
-    def summarize(self, nodes: Tensor, node_mask: Tensor) -> Tensor:
-        """(B, n, g) -> (B, g, g): column c = sum_i softmax_i(y_i . q_c) y_i over the real nodes."""
-        weights = masked_softmax(nodes @ self.queries, node_mask.unsqueeze(-1), dim=1).to(nodes)  # (B, n, g)
+    def summarize(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
+        """(B, n, g) -> (B, g, g): column c = sum_i softmax_i(y_i . q_c) y_i over the real nodes (None: all)."""
+        allowed = None if node_mask is None else node_mask.unsqueeze(-1)
+        weights = masked_softmax(nodes @ self.queries, allowed, dim=1).to(nodes)  # (B, n, g)
         return nodes.transpose(1, 2) @ weights
 
-    def forward(self, nodes: Tensor, node_mask: Tensor, previous: Tensor) -> Tensor:
+    def forward(self, nodes: Tensor, node_mask: Optional[Tensor], previous: Tensor) -> Tensor:
         # column c of every matrix is one GRU step: rows x_c^T and h_c^T of all columns and sentences go through
         # one GEMM per weight stack ((B x g) x g times g x 3g), not one small product per sentence
         dim = self.dim
@@ -107,22 +111,28 @@ class EvolvingWeight(nn.Module):
         return ((1 - update) * state + update * candidate).transpose(1, 2)
 
 
-def normalized_propagation(adjacency: Tensor, node_mask: Tensor, nodes: Tensor,
+def normalized_propagation(adjacency: Tensor, node_mask: Optional[Tensor], nodes: Tensor,
                            sog: Optional[Tensor] = None) -> Tensor:
     """D^-1/2 Â D^-1/2 [nodes; sog] for the rows of the real nodes (eq. 2): Â = adjacency + I over the real nodes,
-    plus, with `sog` (B, d), an edge of weight 1 from <sog> to every real node. (B, n, d), 0 on padded nodes."""
-    real = node_mask.to(torch.float32)
-    hat = (adjacency.float() + torch.eye(adjacency.size(-1), device=adjacency.device)) \
-        * real.unsqueeze(1) * real.unsqueeze(2)
+    plus, with `sog` (B, d), an edge of weight 1 from <sog> to every real node. (B, n, d), 0 on padded nodes.
+    node_mask None: every node is real (the decoder's steps, where no masking is needed)."""
+    n = adjacency.size(-1)
+    hat = adjacency.float() + torch.eye(n, device=adjacency.device)
+    if node_mask is not None:
+        real = node_mask.to(torch.float32)
+        hat = hat * real.unsqueeze(1) * real.unsqueeze(2)
     degree = hat.sum(dim=2)
     if sog is not None:
-        degree = degree + real
-    inverse_root = degree.clamp(min=1e-12).rsqrt() * real  # (B, n)
+        degree = degree + (1.0 if node_mask is None else real)
+    inverse_root = degree.clamp(min=1e-12).rsqrt()  # (B, n)
+    if node_mask is not None:
+        inverse_root = inverse_root * real
     weights = inverse_root.unsqueeze(2) * hat * inverse_root.unsqueeze(1)
     out = weights.to(nodes) @ nodes
     if sog is not None:
-        sog_degree = real.sum(dim=1, keepdim=True) + 1  # its links to the n real nodes, and itself
-        out = out + (inverse_root * sog_degree.rsqrt()).unsqueeze(-1).to(nodes) * sog.unsqueeze(1)
+        # <sog>'s degree: its links to the n real nodes, and itself
+        sog_scale = (real.sum(dim=1, keepdim=True) + 1).rsqrt() if node_mask is not None else (n + 1) ** -0.5
+        out = out + (inverse_root * sog_scale).unsqueeze(-1).to(nodes) * sog.unsqueeze(1)
     return out
 
 
@@ -168,13 +178,14 @@ class DynamicGCN(nn.Module):
         return DynamicGCNState(self.weight.initial_state(batch), nodes.new_zeros(batch, 0, 0, dtype=torch.float32),
                                nodes.new_zeros(batch, 0, self.dim), fresh)
 
-    def step(self, inputs: Tensor, node_mask: Tensor, state: DynamicGCNState, sog: Optional[Tensor] = None,
-             gold_previous: Optional[Tensor] = None):
-        """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), node_mask (B, n) True on real nodes;
+    def step(self, inputs: Tensor, node_mask: Optional[Tensor], state: DynamicGCNState,
+             sog: Optional[Tensor] = None, gold_previous: Optional[Tensor] = None):
+        """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), node_mask (B, n) True on real nodes (None:
+        all real, the case of every decoder step: no mask is applied);
         gold_previous (B, t, t): the gold graph of the nodes 0..t-1 (teacher-forced adjacency). Gives
         (convolved nodes (B, n, g), A_t (B, n, n) float32, W_t)."""
         n = inputs.size(1)
-        previous_mask = node_mask[:, :n - 1]
+        previous_mask = None if node_mask is None else node_mask[:, :n - 1]
         if n > 1 and self.dynamic_adjacency:
             coefficients = self.attention(state.outputs, previous_mask)
         else:
@@ -189,8 +200,10 @@ class DynamicGCN(nn.Module):
         grown[:, -1, :] = fresh[:, :1]
         grown[:, -1, -1] = fresh[:, 1]
         grown[:, :n - 1, :n - 1] = previous + coefficients
-        real = node_mask.to(torch.float32)
-        adjacency = self.refined(grown) * real.unsqueeze(1) * real.unsqueeze(2)
+        adjacency = self.refined(grown)
+        if node_mask is not None:
+            real = node_mask.to(torch.float32)
+            adjacency = adjacency * real.unsqueeze(1) * real.unsqueeze(2)
         weight = self.weight(inputs, node_mask, state.weight) if self.dynamic_weight else state.weight
         convolved = torch.relu(normalized_propagation(adjacency, node_mask, inputs, sog) @ weight)
         return convolved, adjacency, weight

@@ -29,7 +29,7 @@ class WalkFeatures(nn.Module):
         self.dim = sum(count for count, _ in groups) * (max_step + 1)
         self.norm = nn.LayerNorm(self.dim)
 
-    def forward(self, nodes: Tensor, adjacency: Tensor, node_mask: Tensor) -> Tensor:
+    def forward(self, nodes: Tensor, adjacency: Tensor, node_mask: Optional[Tensor]) -> Tensor:
         walks = torch.cat([kernel(nodes, adjacency, node_mask).flatten(1) for kernel in self.kernels], dim=1)
         # in float32 like the kernel (walk counts grow with P and N), whatever the model's dtype
         normed = F.layer_norm(walks, (self.dim,), self.norm.weight.float(), self.norm.bias.float(), self.norm.eps)
@@ -87,14 +87,16 @@ class Block(nn.Module):
         self.temporal = (TemporalConvolution(dim, kernel_size, dilation=2 ** index, dropout=dropout)
                          if "no_temporal" not in ablations else None)
 
-    def forward(self, inputs: Tensor, node_mask: Tensor, state: DynamicGCNState, context: Dict[str, Tensor],
-                gold_previous: Optional[Tensor]):
+    def forward(self, inputs: Tensor, node_mask: Optional[Tensor], state: DynamicGCNState,
+                context: Dict[str, Tensor], gold_previous: Optional[Tensor]):
+        """One step over the nodes 0..t; node_mask (B, n) True on real nodes, None when all are (no masking)."""
         if self.spatial:
             convolved, adjacency, weight = self.gcn.step(inputs, node_mask, state, context["sog"], gold_previous)
         else:
             n = inputs.size(1)
             convolved, weight = inputs, state.weight
-            adjacency = torch.diag_embed(node_mask.float()) if n else inputs.new_zeros(inputs.size(0), 0, 0)
+            adjacency = (torch.eye(n, device=inputs.device).expand(inputs.size(0), n, n) if node_mask is None
+                         else torch.diag_embed(node_mask.float()))
         parts = [convolved]
         if self.first:
             parts.append(context["embeddings"])

@@ -7,6 +7,8 @@ normalisation; without one the 4 blocks of 2 graph convolutions each did not tra
     out = LayerNorm(x + Dropout(ReLU(D^-1/2 (A_t + I) D^-1/2 DilatedCausal(Conv1(x)) W)))
 """
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -24,10 +26,11 @@ class TemporalConvolution(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layer_norm = nn.LayerNorm(dim)
 
-    def forward(self, nodes: Tensor, node_mask: Tensor, adjacency: Tensor) -> Tensor:
-        """nodes (B, n, g) in node order, node_mask (B, n), adjacency (B, n, n): (B, n, g); node i reads nodes
-        i, i - d, ..., i - (h - 1) d and its neighbours in `adjacency`, nothing after the step's last node."""
-        padding = ~node_mask
-        history = self.causal(self.pointwise(nodes), padding if bool(padding.any()) else None)
+    def forward(self, nodes: Tensor, node_mask: Optional[Tensor], adjacency: Tensor) -> Tensor:
+        """nodes (B, n, g) in node order, node_mask (B, n) (None: no padding), adjacency (B, n, n): (B, n, g);
+        node i reads nodes i, i - d, ..., i - (h - 1) d and its neighbours in `adjacency`, nothing after the step's
+        last node."""
+        padding = None if node_mask is None else ~node_mask
+        history = self.causal(self.pointwise(nodes), padding if padding is not None and bool(padding.any()) else None)
         convolved = torch.relu(self.graph(normalized_propagation(adjacency, node_mask, history)))
         return self.layer_norm(nodes + self.dropout(convolved))
