@@ -91,24 +91,31 @@ class EvolvingWeight(nn.Module):
 
     def summarize(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
         """(B, n, g) -> (B, g, g): column c = sum_i softmax_i(y_i . q_c) y_i over the real nodes (None: all)."""
+        return self.summarize_columns(nodes, node_mask).transpose(1, 2)
+
+    def summarize_columns(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
+        """The summary with its columns as rows, (B, columns, g), contiguous: x_c^T of every column c."""
         allowed = None if node_mask is None else node_mask.unsqueeze(-1)
         weights = masked_softmax(nodes @ self.queries, allowed, dim=1).to(nodes)  # (B, n, g)
-        return nodes.transpose(1, 2) @ weights
+        return weights.transpose(1, 2) @ nodes
 
     def forward(self, nodes: Tensor, node_mask: Optional[Tensor], previous: Tensor) -> Tensor:
         # column c of every matrix is one GRU step: rows x_c^T and h_c^T of all columns and sentences go through
-        # one GEMM per weight stack ((B x g) x g times g x 3g), not one small product per sentence
+        # one GEMM per weight stack ((B x g) x g times g x 3g), not one small product per sentence. W is kept with
+        # its columns as rows in memory (what this returns is a transposed view of that; DynamicGCNState's
+        # index_select keeps the layout), so no step copies it into place.
         dim = self.dim
-        inputs = self.summarize(nodes, node_mask).transpose(1, 2)  # (B, columns, g): x_c
+        inputs = self.summarize_columns(nodes, node_mask)  # (B, columns, g): x_c
         state = previous.transpose(1, 2)  # h_c = column c of W_{t-1}
-        # chunk, not slices: the backward of a slice fills a zero tensor of the whole GEMM output per gate
-        input_z, input_r, input_w = (inputs @ self.input_weights.reshape(3 * dim, dim).t()).chunk(3, dim=-1)
-        state_z, state_r = (state @ self.state_weights[:2].reshape(2 * dim, dim).t()).chunk(2, dim=-1)
+        projected = inputs @ self.input_weights.reshape(3 * dim, dim).t()  # P_Z x, P_R x, P_W x side by side
         bias = self.biases.transpose(1, 2)  # B_Z, B_R, B_W by column
-        update = torch.sigmoid(input_z + state_z + bias[0])
-        reset = torch.sigmoid(input_r + state_r + bias[1])
+        # Z and R in one sigmoid; chunks, not slices: the backward of a slice fills a zero tensor of the whole
+        # GEMM output per gate
+        input_zr, input_w = projected.split([2 * dim, dim], dim=-1)
+        state_zr = state @ self.state_weights[:2].reshape(2 * dim, dim).t()
+        update, reset = torch.sigmoid(input_zr + state_zr + torch.cat([bias[0], bias[1]], dim=-1)).chunk(2, dim=-1)
         candidate = torch.tanh(input_w + (reset * state) @ self.state_weights[2].t() + bias[2])
-        return ((1 - update) * state + update * candidate).transpose(1, 2)
+        return torch.lerp(state, candidate, update).transpose(1, 2)  # (1 - Z) . W_{t-1} + Z . W~
 
 
 def normalized_propagation(adjacency: Tensor, node_mask: Optional[Tensor], nodes: Tensor,
@@ -147,8 +154,10 @@ class DynamicGCNState:
     fresh: Tensor
 
     def index_select(self, rows: Tensor) -> "DynamicGCNState":
-        return DynamicGCNState(*(value.index_select(0, rows) for value in
-                                 (self.weight, self.adjacency, self.outputs, self.fresh)))
+        # W lies with its columns as rows in memory (EvolvingWeight): selected in that layout, it stays there
+        weight = self.weight.transpose(1, 2).index_select(0, rows).transpose(1, 2)
+        return DynamicGCNState(weight, *(value.index_select(0, rows) for value in
+                                         (self.adjacency, self.outputs, self.fresh)))
 
 
 class DynamicGCN(nn.Module):
