@@ -180,9 +180,9 @@ def number_text(value, digits=0) -> str:
 
 
 def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str]) -> List[str]:
-    rows = ["| system | seeds | parameters | BLEU mean ± sd | p (Welch, vs vanilla) | BLEU per seed (95% CI; p, "
-            "paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | BLEU-1 | kept update per seed | "
-            "train target tokens/s |", "|---" * 12 + "|"]
+    rows = ["| system | seeds | parameters | BLEU mean ± sd | p vs vanilla (Welch over seeds; one seed: its paired "
+            "bootstrap) | BLEU per seed (95% CI; p, paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | "
+            "BLEU-1 | kept update per seed | train target tokens/s |", "|---" * 12 + "|"]
     for system in order:
         entry, by_seed = summary[system], systems[system]
         runs = []
