@@ -141,3 +141,11 @@ def assert_incremental_decoding_equals_full(decoder, prefixes, encoder_out, reor
             step, _ = decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
             steps.append(step if t >= reorder_at else step[back])
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def marked_slow(values, slow):
+    """pytest parameters of `values`, those in `slow` marked slow: make test keeps one run of each kind, make
+    test-slow (and make test-full) run the others."""
+    import pytest
+
+    return [pytest.param(value, marks=pytest.mark.slow) if value in slow else value for value in values]

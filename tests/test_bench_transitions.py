@@ -110,6 +110,7 @@ def test_mask_ab_splits_the_extra_time_into_masks_decoder_and_search():
     assert (ab["minor_faults_with"], ab["minor_faults_without"]) == (40, 10)
 
 
+@pytest.mark.slow  # (a smoke run of a benchmark: every decoder trains and generates)
 def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences(data_root, tmp_path):
     """bench/decoder_cost.py at the tiny size: vanilla reads the same sentences from its plain data-bin (the bench
     stops if their pieces + EOS differ from the transition batches'), every decoder is timed for training and

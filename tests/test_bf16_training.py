@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from .helpers import USER_DIR, run_cli
+from .helpers import USER_DIR, marked_slow, run_cli
 
 
 def train_args(data_bin, arch, save_dir):
@@ -17,7 +17,8 @@ def train_args(data_bin, arch, save_dir):
             "--bf16"]
 
 
-@pytest.mark.parametrize("arch", ["transformer_pascal_tiny", "transformer_gcn_tiny", "transformer_rgse_tiny"])
+@pytest.mark.parametrize("arch", marked_slow(["transformer_pascal_tiny", "transformer_gcn_tiny",
+                                              "transformer_rgse_tiny"], {"transformer_rgse_tiny"}))
 def test_bf16_training_runs_with_syntax_mechanisms(small_spacy_bin, tmp_path, arch):
     result = run_cli("fairseq-syntax-train", *train_args(small_spacy_bin, arch, tmp_path / "ckpt"))
     losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.]+)", result.stdout + result.stderr)]

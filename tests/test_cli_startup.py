@@ -5,9 +5,9 @@ import pytest
 from .helpers import USER_DIR, run_cli
 
 
-@pytest.mark.parametrize("command", [
-    ["fairseq-syntax-preprocess", "--help"],
-    ["fairseq-syntax-evaluate", "--help"],
+@pytest.mark.parametrize("command", [  # make test: fairseq-train (which imports the most); make test-slow all
+    pytest.param(["fairseq-syntax-preprocess", "--help"], marks=pytest.mark.slow),
+    pytest.param(["fairseq-syntax-evaluate", "--help"], marks=pytest.mark.slow),
     ["fairseq-train", "--user-dir", USER_DIR, "--task", "syntax_translation", "--help"],
 ], ids=lambda command: command[0])
 def test_commands_start_without_install_advice(command):

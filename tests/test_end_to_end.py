@@ -223,30 +223,26 @@ def test_checkpoint_with_other_dictionaries_is_refused(data_bin, tmp_path, data_
             "--num-workers", "0", "--max-len-b", "3", "--max-len-a", "0")
 
 
-def test_splits_added_to_a_data_bin_match_its_own_and_translate_alike(data_bin, tmp_path):
-    """--add-to makes new splits with the data-bin's sentencepiece model, parser and label ids: the valid lines
-    added again as split `again` give the same tokens and side channels, and the same translations."""
+def add_valid_again(data_bin, tmp_path):
+    """A copy of the data-bin with the valid lines added again as split `again` (--add-to); its files before."""
     raw, original = data_bin
     destdir = tmp_path / "data-bin"
     shutil.copytree(original, destdir)
     before = {p.name: p.read_bytes() for p in destdir.iterdir()}
     preprocess_main(["--add-to", str(destdir), "--testpref", f"again={raw / 'valid'}"])
+    return destdir, before
+
+
+def test_splits_added_to_a_data_bin_match_its_own(data_bin, tmp_path):
+    """--add-to makes new splits with the data-bin's sentencepiece model, parser and label ids: the valid lines
+    added again as split `again` give the same tokens and side channels; what it cannot do is refused."""
+    raw, _ = data_bin
+    destdir, before = add_valid_again(data_bin, tmp_path)
     after = {p.name: p.read_bytes() for p in destdir.iterdir()}
     assert {name: after[name] for name in before} == before  # dictionaries, manifest, labels: untouched
     for suffix in ("en-de.en.bin", "en-de.de.bin", "en-de.en.heads.bin", "en-de.en.labels.bin",
                    "en-de.en.word_ids.bin", "en.txt", "de.txt", "linemap"):
         assert after[f"again.{suffix}"] == after[f"valid.{suffix}"], suffix
-
-    run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
-            "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--max-tokens",
-            "1500", "--max-update", "2", "--save-dir", tmp_path / "ckpt", "--cpu", "--num-workers", "0")
-    translations = {}
-    for split in ("valid", "again"):
-        generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation",
-                            "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset", split, "--beam", "2",
-                            "--max-len-a", "0", "--max-len-b", "4", "--cpu", "--num-workers", "0")
-        translations[split] = sorted(line for line in generated.stdout.splitlines() if line.startswith("H-"))
-    assert len(translations["valid"]) == 40 and translations["again"] == translations["valid"]
 
     def refused(*args):
         with pytest.raises(SystemExit) as error:
@@ -263,3 +259,19 @@ def test_splits_added_to_a_data_bin_match_its_own_and_translate_alike(data_bin, 
     with pytest.raises(SystemExit, match="not a fairseq-syntax data-bin"):
         preprocess_main(["--add-to", str(tmp_path), "--testpref", f"other={raw / 'valid'}"])
     assert not (destdir / "other.linemap").exists()
+
+
+@pytest.mark.slow  # (three commands; make test checks the added split's files, equal to valid's)
+def test_splits_added_to_a_data_bin_translate_alike(data_bin, tmp_path):
+    """A model translates the added split `again` as it translates valid, whose lines it holds."""
+    destdir, _ = add_valid_again(data_bin, tmp_path)
+    run_cli("fairseq-train", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de",
+            "--arch", "transformer_pascal_tiny", "--share-all-embeddings", "--optimizer", "adam", "--max-tokens",
+            "1500", "--max-update", "2", "--save-dir", tmp_path / "ckpt", "--cpu", "--num-workers", "0")
+    translations = {}
+    for split in ("valid", "again"):
+        generated = run_cli("fairseq-generate", destdir, "--user-dir", USER_DIR, "--task", "syntax_translation",
+                            "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--gen-subset", split, "--beam", "2",
+                            "--max-len-a", "0", "--max-len-b", "4", "--cpu", "--num-workers", "0")
+        translations[split] = sorted(line for line in generated.stdout.splitlines() if line.startswith("H-"))
+    assert len(translations["valid"]) == 40 and translations["again"] == translations["valid"]

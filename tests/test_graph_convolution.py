@@ -24,7 +24,7 @@ from fairseq_syntax.modules.graph_convolution import (
 )
 
 from .devices import assert_same, on
-from .helpers import USER_DIR, run_cli
+from .helpers import USER_DIR, marked_slow, run_cli
 
 NUM_LABELS = 7  # data-bin labels 0..6 (0: EOS and padding), SUBWORD = 7
 EMBED_DIM = 6
@@ -491,7 +491,8 @@ def test_paper_params_presets_add_what_the_paper_reports(graph_bin):
         assert full_width > 2 * paper, (arch, full_width)
 
 
-@pytest.mark.parametrize("arch", ["transformer_gcn_tiny", "transformer_birnn_gcn_tiny"])
+@pytest.mark.parametrize("arch", marked_slow(["transformer_gcn_tiny", "transformer_birnn_gcn_tiny"],
+                                             {"transformer_birnn_gcn_tiny"}))
 def test_trains_and_generates(graph_bin, tmp_path, arch):
     from .test_baselines import generate, train
     output = train(graph_bin, tmp_path / arch, arch)

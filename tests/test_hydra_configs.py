@@ -76,8 +76,9 @@ def hydra_config(tmp_path, destdir, direction, arch, options):
     return cfg
 
 
-# LDD and multi-task need data-bins of their own (a SuPar parser; a multi-task preprocessing): only make test-slow
-SLOW = ("ldd", "multitask")
+# LDD and multi-task need data-bins of their own (a SuPar parser; a multi-task preprocessing), and of the target-side
+# decoders make test keeps Linearized and the GCN decoder: the others in make test-slow
+SLOW = ("ldd", "multitask", "bitran", "parent", "dyn_stgcd")
 
 
 @pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in SYSTEMS])

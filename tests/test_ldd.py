@@ -26,6 +26,10 @@ from .helpers import USER_DIR, run_cli, write_multi30k_sample
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small spaCy-parsed data-bin)
 from .test_supar_parser import tiny_model  # noqa: F401  (a SuPar parser trained on 300 EWT sentences)
 
+# one worker of pytest -n runs the whole module, so that its parser and data-bins (module fixtures)
+# are made once, not once per worker
+pytestmark = pytest.mark.xdist_group("ldd")
+
 VARIANTS = ("ldd", "lda", "ldp", "udp", "uldd", "uudd", "unlabeled")
 EMBED_DIM, HEADS = 36, 18  # 18 heads: the 16 group heads and 2 the labeled variants leave alone
 

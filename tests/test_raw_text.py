@@ -3,7 +3,12 @@ sentences of a data-bin (same checkpoint, same beam), parsing them on the fly wh
 
 import pytest
 
-from .helpers import USER_DIR, hypotheses, preprocess_sample, run_cli
+from .helpers import USER_DIR, hypotheses, marked_slow, preprocess_sample, run_cli
+
+# one worker of pytest -n runs the whole module, so that the trained models of `trained` (module fixtures)
+# are made once, not once per worker
+pytestmark = pytest.mark.xdist_group("raw_text")
+
 COMMON = ["--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en", "-t", "de", "--cpu"]
 # a fixed length limit: fairseq derives it from the padded batch width otherwise, which differs between the two
 BEAM = ["--beam", "3", "--max-len-a", "0", "--max-len-b", "30"]
@@ -27,8 +32,6 @@ def trained(data_root, tmp_path_factory):
     return destdir, checkpoints
 
 
-
-
 def generate(destdir, checkpoint):
     result = run_cli("fairseq-generate", destdir, *COMMON, "--path", checkpoint, "--gen-subset", "valid", *BEAM,
                      "--batch-size", "16", "--num-workers", "0")
@@ -47,7 +50,7 @@ def assert_same_translations(expected, got):
         assert got[i][0] == pytest.approx(expected[i][0], abs=1e-4), f"sentence {i}"
 
 
-@pytest.mark.parametrize("name", ["pascal", "vanilla"])
+@pytest.mark.parametrize("name", marked_slow(["pascal", "vanilla"], {"vanilla"}))
 def test_interactive_translates_raw_text_as_generate_translates_the_data_bin(trained, name, tmp_path):
     destdir, checkpoints = trained
     sentences = (destdir / "valid.en.txt").read_text(encoding="utf-8").splitlines()

@@ -18,7 +18,7 @@ from fairseq_syntax.modules import ENCODER_MECHANISMS
 from fairseq_syntax.modules.rgse import INTEGRATIONS, RESIDUALS, VARIANTS, RecurrentGraphSyntaxEncoder
 
 from .devices import changed as changes, float32_tolerances, on
-from .helpers import USER_DIR, run_cli
+from .helpers import USER_DIR, marked_slow, run_cli
 
 DIM = 8
 
@@ -344,7 +344,7 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("name", marked_slow(RUNS, {"bi-past-average-normal", "forward-sum-two-layers"}))
 def test_trains_and_generates(rgse_bin, tmp_path, name):
     result = run_cli("fairseq-train", rgse_bin, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "en",
                      "-t", "de", "--arch", "transformer_rgse_tiny", *RUNS[name], "--optimizer", "adam", "--lr",

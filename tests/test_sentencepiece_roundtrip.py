@@ -10,6 +10,8 @@ from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder, train_se
 from fairseq_syntax.parsers.base import realign
 from fairseq_syntax.data.text_normalization import normalize_line, parser_view
 
+from .helpers import marked_slow
+
 
 def words_of(tokenizer, text):
     """Words as the preprocessor gets them: tokenised on the parser's view, then located in the sentence."""
@@ -38,7 +40,7 @@ def encoder(multi30k_train, tmp_path_factory):
     return WordAlignedEncoder(model)
 
 
-@pytest.mark.parametrize("lang", ["en", "de"])
+@pytest.mark.parametrize("lang", marked_slow(["en", "de"], {"de"}))
 def test_every_train_line_round_trips(multi30k_train, encoder, lang):
     tokenizer = spacy.blank(lang).tokenizer
     assert len(multi30k_train[lang]) == 29000

@@ -76,6 +76,7 @@ checkpoint: {save_dir: SAVE_DIR}
 """
 
 
+@pytest.mark.slow  # (make test: tests/test_hydra_configs.py builds every method from a hydra config in-process)
 def test_hydra_train_builds_the_same_pascal(data_bin, tmp_path):  # noqa: F811
     """fairseq-hydra-train hands the architecture a DictConfig, whose extra keys fairseq's TransformerConfig
     dropped: PASCAL trained as vanilla, silently. With mechanism options as `model:` keys it reproduces fairseq-train's
@@ -166,10 +167,10 @@ TOY_TRAIN = ["--user-dir", TOY_PLUGIN, "--task", "syntax_translation", "-s", "en
              "--seed", "5", "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--dropout", "0"]
 
 
-@pytest.mark.parametrize("encoder_syntax,parameter", [
+@pytest.mark.parametrize("encoder_syntax,parameter", [  # make test runs the first shape, make test-slow the others
     ("toy_parent_bias", "encoder.layers.1.self_attn.score_modifier.bias"),
-    ("toy_label_embedding", "encoder.layers.1.syntax_module.embedding.weight"),
-    ("toy_parent_mixing", "encoder.layers.1.syntax_module.projection.weight"),
+    pytest.param("toy_label_embedding", "encoder.layers.1.syntax_module.embedding.weight", marks=pytest.mark.slow),
+    pytest.param("toy_parent_mixing", "encoder.layers.1.syntax_module.projection.weight", marks=pytest.mark.slow),
 ])
 def test_toy_mechanisms_train_and_generate(two_sided_bin, tmp_path, encoder_syntax, parameter):
     """Each encoder shape with the toy decoder (target-side features, an auxiliary loss, a token constraint

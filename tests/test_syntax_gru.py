@@ -25,7 +25,7 @@ from fairseq_syntax.models.syntax_lstm import SyntaxLSTMEncoder, SyntaxLSTMModel
 from fairseq_syntax.modules.additive_attention import AdditiveAttention
 
 from .devices import float32_tolerances, on
-from .helpers import run_cli
+from .helpers import marked_slow, run_cli
 from .test_syntax_lstm import COMMON, DICT, EMBED, HIDDEN, LAYERS, NUM_LABELS, batch, module_directly, run, train
 
 TASK = Namespace(source_dictionary=DICT, target_dictionary=DICT, label_dicts={},
@@ -283,7 +283,7 @@ def test_gru_form_refuses_what_it_does_not_have():
 
 # ---- through fairseq ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["rnn_rgse_tiny", "lstm_birnn2_tiny"])
+@pytest.mark.parametrize("arch", marked_slow(["rnn_rgse_tiny", "lstm_birnn2_tiny"], {"lstm_birnn2_tiny"}))
 def test_gru_form_trains_and_generates(small_spacy_bin, tmp_path, arch):
     output = train(small_spacy_bin, tmp_path, "--arch", arch)
     losses = [float(v) for v in re.findall(r"train_inner .*? loss=([0-9.]+)", output)]

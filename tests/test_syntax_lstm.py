@@ -34,7 +34,7 @@ from fairseq_syntax.modules.dependency_graph import piece_arcs
 from fairseq_syntax.modules.rgse import RecurrentGraphSyntaxEncoder
 
 from .devices import assert_same, float32_tolerances, on
-from .helpers import USER_DIR, run_cli, toy_dictionary
+from .helpers import USER_DIR, marked_slow, run_cli, toy_dictionary
 from .test_rgse import random_batch
 
 NUM_LABELS = 12  # random_batch's labels are 1..11
@@ -439,7 +439,9 @@ RUNS = {  # the LSTM form (the GRU form's runs: tests/test_syntax_gru.py)
 }
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+# make test keeps the GCN run (the GRU form's RGSE run: tests/test_syntax_gru.py); make test-slow the others
+@pytest.mark.parametrize("name", marked_slow(RUNS, {"rgse-bi-total", "rgse-forward-sum-normal", "rgse-bi-past",
+                                                    "birnn2"}))
 def test_trains_and_generates(lstm_bin, tmp_path, name):
     output = train(lstm_bin, tmp_path, *RUNS[name])
     losses = [float(v) for v in re.findall(r"train_inner .*? loss=([0-9.]+)", output)]

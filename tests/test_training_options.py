@@ -22,6 +22,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 import fairseq_syntax  # noqa: F401
 
+from .helpers import marked_slow
 from .test_dyn_stgcd import parsed_bin  # noqa: F401  (EWT trees on both sides, no transitions)
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small Multi30k syntax data-bin)
 from .test_ldd import ldd_bin  # noqa: F401
@@ -42,6 +43,9 @@ TRANSITION_METHODS = {
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
 }
 CRITERION = ["--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+# make test keeps Linearized and the GCN decoder (the re-encoding policy of BiTran and PARENT too) under each option;
+# make test-slow BiTran and PARENT themselves
+SLOW_TARGET_SIDE = {"bitran", "parent"}
 
 
 def setup(destdir, direction, *extra):
@@ -111,7 +115,7 @@ def test_activation_checkpointing_changes_nothing_source_side(data_bin, method, 
     check_activation_options(destdir, ("en", "de"), [*SOURCE_METHODS[method], *RANDOMNESS.get(method, [])])
 
 
-@pytest.mark.parametrize("method", list(TRANSITION_METHODS))
+@pytest.mark.parametrize("method", marked_slow(TRANSITION_METHODS, SLOW_TARGET_SIDE))
 def test_activation_checkpointing_changes_nothing_target_side(transition_bin, method):  # noqa: F811
     check_activation_options(transition_bin[1], ("de", "en"), TRANSITION_METHODS[method])
 
@@ -142,7 +146,7 @@ def test_two_accumulated_batches_equal_one_batch_source_side(data_bin, method, r
     check_update_freq(method_bin(method, data_bin, request)[0], ("en", "de"), METHODS[method])
 
 
-@pytest.mark.parametrize("method", list(TRANSITION_METHODS))
+@pytest.mark.parametrize("method", marked_slow(TRANSITION_METHODS, SLOW_TARGET_SIDE))
 def test_two_accumulated_batches_equal_one_batch_target_side(transition_bin, method):  # noqa: F811
     check_update_freq(transition_bin[1], ("de", "en"), TRANSITION_METHODS[method])
 
@@ -165,7 +169,7 @@ BF16_METHODS = {**{name: (None, args) for name, args in SOURCE_METHODS.items()},
                 **{name: ("transitions", args) for name, args in TRANSITION_METHODS.items()}}
 
 
-@pytest.mark.parametrize("method", list(BF16_METHODS))
+@pytest.mark.parametrize("method", marked_slow(BF16_METHODS, SLOW_TARGET_SIDE))
 def test_bf16_step_is_float32_step_within_tolerance(data_bin, transition_bin, method, request):  # noqa: F811
     """--bf16 (fairseq's own cast, as the trainer applies it, on the CPU): the loss of one step from the same
     weights is within 2% of float32's, every gradient is finite and reaches the same parameters. The syntax

@@ -332,7 +332,10 @@ def trained_linearized(transition_bin, tmp_path_factory):
     return save_dir / "checkpoint_last.pt"
 
 
-@pytest.mark.parametrize("decoder", DECODERS.values(), ids=DECODERS.keys())
+# the trained model's cases on one worker of pytest -n, so that `trained_linearized` trains once
+@pytest.mark.parametrize("decoder", [pytest.param(args, id=name, marks=pytest.mark.xdist_group("trained-linearized"))
+                                     if args is TRAINED else pytest.param(args, id=name)
+                                     for name, args in DECODERS.items()])
 @pytest.mark.parametrize("options", SEARCH_OPTIONS.values(), ids=SEARCH_OPTIONS.keys())
 def test_every_search_option_only_makes_valid_trees(transition_bin, options, decoder, request):
     """A randomly initialised model of every target-side decoder (near-uniform distributions reach every corner of
@@ -469,7 +472,9 @@ def test_match_source_len_is_refused_with_the_reason(transition_bin):
 # ---- the real entry points: tiny train + fairseq-generate ----------------------------------------------------
 
 @pytest.mark.parametrize("arch", [["--arch", "transformer_linearized_tiny"],
-                                  ["--arch", "transformer_linearized_tiny", "--encoder-syntax", "pascal"]],
+                                  # (slow: make test runs PASCAL with a target-side decoder in test_transition_decoders)
+                                  pytest.param(["--arch", "transformer_linearized_tiny", "--encoder-syntax", "pascal"],
+                                               marks=pytest.mark.slow)],
                          ids=["linearized", "pascal+linearized"])
 def test_train_and_generate_through_the_cli(transition_bin, tmp_path, arch):
     raw, destdir, _ = transition_bin

@@ -3,6 +3,8 @@ per call, see the comment there), so that every warning left in the test output 
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import REPO
 
 HYDRA_MESSAGES = [
@@ -35,6 +37,7 @@ def summary(tmp_path, ini):
     return result.stdout
 
 
+@pytest.mark.slow  # two pytest runs that import fairseq
 def test_pytest_ini_filters_exactly_fairseqs_hydra_deprecations(tmp_path):
     (tmp_path / "empty.ini").write_text("[pytest]\n")
     unfiltered = summary(tmp_path, tmp_path / "empty.ini")

