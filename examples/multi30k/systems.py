@@ -29,6 +29,10 @@ MULTI30K_SYSTEMS = {
     "bitran_k4": ["--arch", "transformer_bitran_multi30k", "--bitran-prefixes", "4"],
     "parent": ["--arch", "transformer_parent_multi30k"],
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_multi30k"],
+    # exact re-encoding trains at ~1/40 of Linearized's speed on a CPU (docs/results.md: ~30 h for the cpu
+    # profile's 1,600 updates): the campaign's rows of these decoders sample 4 prefixes per sentence, as bitran_k4
+    "parent_k4": ["--arch", "transformer_parent_multi30k", "--bitran-prefixes", "4"],
+    "gcn_decoder_k4": ["--arch", "transformer_gcn_decoder_multi30k", "--bitran-prefixes", "4"],
     "gcn_decoder_unlabeled": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels"],
     "gcn_decoder_ungated": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
                             "--no-decoder-gcn-gates"],
@@ -44,8 +48,8 @@ MULTI30K_SYSTEMS = {
                            "--dyn-stgcd-no-target-walks"],
     "dyn_stgcd_no_source_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks"],
 }
-TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "gcn_decoder", "gcn_decoder_unlabeled",
-                      "gcn_decoder_ungated")
+TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4", "gcn_decoder", "gcn_decoder_k4",
+                      "gcn_decoder_unlabeled", "gcn_decoder_ungated")
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
 # The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:
