@@ -4,7 +4,8 @@ each against vanilla at the comparison's size and against `vanilla_matched`, van
 Dyn-STGCD's (MATCHED below).
 
   python bench/dyn_stgcd_cost.py --workdir work/decoder-cost [--batches 8] [--repeats 3] [--arch-size multi30k]
-      [--systems vanilla,dyn_stgcd,dyn_stgcd@64] [--generate-pieces 25] [--no-matched-baseline] [--out FILE]
+      [--systems vanilla,dyn_stgcd,dyn_stgcd@64] [--generate-pieces 25] [--no-matched-baseline] [--rounds 1]
+      [--out FILE]
 
 Data: bench/decoder_cost.py's plain data-bin (the first 2,000 sentences of UD English-EWT train, both sides the
 gold CoNLL-U parse, no transitions), made there if missing. Every system is examples/multi30k/systems.py's at the
@@ -19,6 +20,7 @@ words (pieces + EOS) per second. Generation: beam 5 over the valid split, every 
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +79,8 @@ def main(argv=None):
     parser.add_argument("--no-matched-baseline", dest="matched_baseline", action="store_false",
                         help=f"leave out {MATCHED} (vanilla's encoder with a 1-layer decoder: a parameter count "
                              "near Dyn-STGCD's)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every system this many times in turn; ratios are the median over rounds")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this system, print its JSON
     parser.add_argument("--part", default="train", help=argparse.SUPPRESS)  # internal: train or generate
     parser.add_argument("--out", help="the report (default: WORKDIR/dyn_stgcd_cost.json)")
@@ -90,35 +94,40 @@ def main(argv=None):
         return
     baselines = [BASELINE] + ([MATCHED] if args.matched_baseline else [])
     systems = list(dict.fromkeys([*baselines, *args.systems.split(",")]))
-    results = {}
     parts = ["train", "generate"] if args.generate_pieces else ["train"]
-    for system in systems:
-        results[system] = {}
-        for part in parts:
-            command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one", system,
-                       "--part", part]
-            output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-            results[system].update(json.loads(next(line[7:] for line in output.splitlines()
-                                                    if line.startswith("RESULT "))))
-        print(system, json.dumps(results[system]), flush=True)
+    rounds = []  # every system in turn, --rounds times: a drift of the machine's speed reaches every system
+    for round_index in range(args.rounds):
+        results = {}
+        for system in systems:
+            results[system] = {}
+            for part in parts:
+                command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one", system,
+                           "--part", part]
+                output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+                results[system].update(json.loads(next(line[7:] for line in output.splitlines()
+                                                        if line.startswith("RESULT "))))
+            print(f"round {round_index + 1}", system, json.dumps(results[system]), flush=True)
+        rounds.append(results)
     report = {"arch_size": args.arch_size, "batches": args.batches, "max_tokens": args.max_tokens,
-              "generate_pieces": args.generate_pieces, "threads": 1, "systems": results}
+              "generate_pieces": args.generate_pieces, "threads": 1, "rounds": rounds}
     keys = ["train_words_per_second", "train_peak_rss_mb", "parameters"]
     keys += ["generate_sentences_per_second", "generate_peak_rss_mb"] if "generate" in parts else []
     for baseline in baselines:
-        base = results[baseline]
         report[f"ratio_to_{baseline}"] = {}
         for system in systems:
             if system in baselines:
                 continue
-            ratios = {key: results[system][key] / base[key] for key in keys}
-            report[f"ratio_to_{baseline}"][system] = ratios
+            # each round's ratio (the systems of a round ran minutes apart), the median over rounds
+            per_round = [{key: measured[system][key] / measured[baseline][key] for key in keys}
+                         for measured in rounds]
+            ratios = {key: statistics.median(r[key] for r in per_round) for key in keys}
+            report[f"ratio_to_{baseline}"][system] = dict(ratios, per_round=per_round)
             verdicts = ", ".join(f"{key} {ratios[key]:.3f}x (target >= {target}: "
                                  f"{'PASS' if ratios[key] >= target else 'FAIL'})"
                                  for key, target in TARGETS.items() if key in ratios)
             memory = ", ".join(f"{key} {ratios[key]:.2f}x" for key in keys if key.endswith("peak_rss_mb"))
             print(f"{system} against {baseline}: {verdicts}; {memory}; parameters "
-                  f"{results[system]['parameters']:,} vs {base['parameters']:,}", flush=True)
+                  f"{rounds[0][system]['parameters']:,} vs {rounds[0][baseline]['parameters']:,}", flush=True)
     out = Path(args.out) if args.out else workdir / "dyn_stgcd_cost.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
 
