@@ -90,11 +90,8 @@ class EvolvingWeight(nn.Module):
         return self.initial.unsqueeze(0).expand(batch, -1, -1)
 
     def summarize(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
-        """(B, n, g) -> (B, g, g): column c = sum_i softmax_i(y_i . q_c) y_i over the real nodes (None: all)."""
-        return self.summarize_columns(nodes, node_mask).transpose(1, 2)
-
-    def summarize_columns(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
-        """The summary with its columns as rows, (B, columns, g), contiguous: x_c^T of every column c."""
+        """(B, n, g) -> the g x g summary X with its columns as rows, (B, columns, g): row c = x_c^T =
+        sum_i softmax_i(y_i . q_c) y_i over the real nodes (node_mask None: all)."""
         allowed = None if node_mask is None else node_mask.unsqueeze(-1)
         weights = masked_softmax(nodes @ self.queries, allowed, dim=1).to(nodes)  # (B, n, g)
         return weights.transpose(1, 2) @ nodes
@@ -105,7 +102,7 @@ class EvolvingWeight(nn.Module):
         # its columns as rows in memory (what this returns is a transposed view of that; DynamicGCNState's
         # index_select keeps the layout), so no step copies it into place.
         dim = self.dim
-        inputs = self.summarize_columns(nodes, node_mask)  # (B, columns, g): x_c
+        inputs = self.summarize(nodes, node_mask)  # (B, columns, g): x_c
         state = previous.transpose(1, 2)  # h_c = column c of W_{t-1}
         projected = inputs @ self.input_weights.reshape(3 * dim, dim).t()  # P_Z x, P_R x, P_W x side by side
         bias = self.biases.transpose(1, 2)  # B_Z, B_R, B_W by column
