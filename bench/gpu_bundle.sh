@@ -28,7 +28,7 @@ python3 -m pip install -q --no-index --no-deps --only-binary=:all: --python-vers
 rm -rf "$work"/site/{spacy,thinc,blis,srsly,preshed,cymem}/tests "$work/site/bin"
 find "$work/site" -name __pycache__ -prune -exec rm -rf {} +
 find "$work/site" -name "*.so" -exec strip --strip-unneeded {} \;
-tar -cJf .gpu/gpu-site.tar.xz -C "$work/site" .
+XZ_OPT=-9e tar -cJf .gpu/gpu-site.tar.xz -C "$work/site" .  # -9e: 3 MB less than the default level
 # antlr4 4.9.3 (hydra's) has no wheel on PyPI: a pure-Python wheel built here serves there
 python3 -m pip wheel -q --no-deps -w .gpu antlr4-python3-runtime==4.9.3
 # its setup.py imports torch to describe itself: the project's .venv (make install) does the download

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One GPU session's checks in one command on the device machine (docs/results.md, "GPU checks"): the CUDA tests
+# given as pytest -k (in the background) beside a comparison profile on the GPU, within a time limit. What comes
+# back under $OUT: gpu.txt (card, driver, versions), cuda-tests.log, compare.log, results.tgz (the profile's
+# results/ files of every finished run, runs.json, the runs' train logs).
+#
+# Before, here (the device machine has no package registry; its working tree is limited to 64 MiB):
+#   bash bench/gpu_bundle.sh                       # .gpu/: the wheels, fairseq-fixed, the test data
+#   tar -cJf .gpu/data-bins.tar.xz -C OUT/data NAME   # optional: data-bins made here by compare.py --out OUT
+#                                                  # (not OUT/data/NAME.command: its paths are this machine's)
+# On the device (run with carry [".gpu"]):
+#   bash bench/gpu_session.sh SECONDS PROFILE SYSTEMS SEEDS JOBS PRECISION "PYTEST -k EXPRESSION"
+# (PRECISION: fp32, fp16 or bf16; each training job has one CPU thread: on the GPU it only feeds the kernels)
+set -uo pipefail
+seconds=${1:?seconds for the comparison}; profile=${2:?profile}; systems=${3:?systems}; seeds=${4:?seeds}
+jobs=${5:-4}; precision=${6:-fp32}; tests=${7:-}
+cd "$(dirname "$0")/.."
+source .gpu/setup.sh > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
+work=/tmp/compare-gpu
+mkdir -p "$work/data"
+if [ -f .gpu/data-bins.tar.xz ]; then
+  tar -xJf .gpu/data-bins.tar.xz -C "$work/data"
+  # compare.py resolves supar:@NAME to a parser file (parsers/NAME.supar, else OUT/parsers/NAME.supar, else it
+  # trains one) before it sees that the data-bin exists: the given data-bins are not parsed again, so an empty
+  # stand-in spares carrying the parsers (7 MB each; a data-bin it would have to make fails on it loudly)
+  mkdir -p "$work/parsers"
+  for name in en_ewt de_gsd_pud; do [ -e "parsers/$name.supar" ] || : > "$work/parsers/$name.supar"; done
+fi
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import torch, fairseq; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)"
+  nproc; } > "$OUT/gpu.txt" 2>&1
+if [ -n "$tests" ]; then
+  # beside the comparison, on 2 workers of 2 threads
+  OMP_NUM_THREADS=2 timeout $((seconds - 20)) python3 -m pytest -v -p no:cacheprovider -n 2 tests -k "$tests" \
+    > "$OUT/cuda-tests.log" 2>&1 &
+fi
+timeout "$seconds" python3 examples/multi30k/compare.py --profile "$profile" --systems "$systems" --seeds "$seeds" \
+  --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") --out "$work" \
+  > "$OUT/compare.log" 2>&1
+rc=$?
+# timeout ends compare.py, not the trainings it started
+pkill -f fairseq-train; pkill -f fairseq-generate
+echo "compare.py exit $rc after ${SECONDS}s" >> "$OUT/compare.log"
+wait
+tar -czf "$OUT/results.tgz" results/"$profile" -C "$work" runs.json $(cd "$work" && ls systems/*/*/*/train.log \
+  2>/dev/null) 2>> "$OUT/compare.log"
+tail -5 "$OUT/compare.log"; tail -3 "$OUT/cuda-tests.log" 2>/dev/null
