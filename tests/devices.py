@@ -13,6 +13,7 @@ keep their tolerances on both devices.
 """
 import contextlib
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -35,7 +36,11 @@ def exact_float32():
 
 def on(device, value):
     """`value` on `device`: tensors moved, modules deep-copied and moved (the CPU original stays for the reference
-    loops), dicts, lists and tuples element by element; anything else as it is."""
+    loops), dicts, lists, tuples and dataclass instances (e.g. a DecoderContext) field by field; anything else as it
+    is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{field.name: on(device, getattr(value, field.name))
+                                             for field in dataclasses.fields(value) if field.init})
     if isinstance(value, torch.nn.Module):
         return copy.deepcopy(value).to(device)
     if torch.is_tensor(value):

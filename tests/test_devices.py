@@ -24,6 +24,7 @@ from fairseq_syntax.data.channels import SentenceSyntax
 from fairseq_syntax.data.dependency_distributions import NUM_GROUPS, PROBABILITY_SCALE
 from fairseq_syntax.data.features import collate_features
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
+from fairseq_syntax.modules.decoder_context import DecoderContext
 from fairseq_syntax.modules.dependency_graph import PieceArcs, piece_arcs
 from fairseq_syntax.modules.graph_convolution import GraphConvolution
 from fairseq_syntax.modules.ldd import VARIANTS as LDD_VARIANTS, LabeledDependencyDistributions
@@ -199,6 +200,16 @@ def check_on(device, train=False):
                                  need_weights=False)[0])
     outputs.append(gcn.to(device).train(train)(x, arcs))
     return x, outputs
+
+
+def test_on_moves_the_tensors_of_a_dataclass():
+    """`on` moves a dataclass's tensors too: the GCN decoder's equation test hands its module a DecoderContext, which
+    `on` once returned as it was, so the CUDA run got CPU indices (found on an H100, 2026-11-26)."""
+    context = DecoderContext(torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3, 3), -1),
+                             torch.full((2, 3, 3), -1), "prefix", True)
+    moved = on(torch.device("meta"), context)
+    assert all(t.device.type == "meta" for t in (moved.tokens, moved.edge_columns, moved.edge_labels))
+    assert (moved.policy, moved.reencoded) == ("prefix", True) and context.tokens.device.type == "cpu"
 
 
 @pytest.mark.parametrize("train", [False, True])
