@@ -38,8 +38,9 @@ timeout "$seconds" python3 examples/multi30k/compare.py --profile "$profile" --s
   --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") --out "$work" \
   > "$OUT/compare.log" 2>&1
 rc=$?
-# timeout ends compare.py, not the trainings it started
-pkill -f fairseq-train; pkill -f fairseq-generate
+# timeout ends compare.py, not the trainings it started: those of this comparison (their command lines hold its
+# folder; a bare `pkill -f fairseq-train` once ended another comparison's training on the machine it was tried on)
+pkill -f -- "$work/"
 echo "compare.py exit $rc after ${SECONDS}s" >> "$OUT/compare.log"
 wait
 tar -czf "$OUT/results.tgz" results/"$profile" -C "$work" runs.json $(cd "$work" && ls systems/*/*/*/train.log \

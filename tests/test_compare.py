@@ -405,6 +405,15 @@ def test_readme_results_tables_are_the_committed_results_files():
         pytest.skip("no results sections in README.md or docs/results.md yet")
 
 
+def test_a_failed_command_is_logged_when_it_fails(tmp_path, capsys):
+    """A run that fails says so at once, with its exit status and log: with --jobs the error itself reaches the
+    main thread only after the runs queued before it, and the queued runs go on meanwhile."""
+    with pytest.raises(SystemExit, match="exit 3"):
+        compare.run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "step.log")
+    printed = capsys.readouterr().out
+    assert "failed (exit 3)" in printed and str(tmp_path / "step.log") in printed
+
+
 def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
     """A run killed mid-training (no `trained` marker, a checkpoint_last.pt) goes on: fairseq-train restores the
     checkpoint, and the log is appended to so the validations before the interruption stay in the curves."""

@@ -95,7 +95,11 @@ def run(args, log_file=None, threads: Optional[int] = None, append: bool = False
     with open(log_file, "a" if append else "w") if log_file else open(os.devnull, "w") as sink:
         result = subprocess.run([str(a) for a in args], stdout=sink, stderr=subprocess.STDOUT, env=env)
     if result.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(map(str, args[:3]))} ... (log: {log_file})")
+        message = f"failed (exit {result.returncode}): {' '.join(map(str, args[:3]))} ... (log: {log_file})"
+        # logged now: with --jobs the error reaches the main thread only when the runs before it have ended, and
+        # the queued runs go on meanwhile (a killed training was once silent for hours)
+        log(message)
+        raise SystemExit(message)
 
 
 class Settings:
