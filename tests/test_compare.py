@@ -1,12 +1,13 @@
 """The comparison run (examples/multi30k/compare.py): profiles, the commands they make, scores over seeds, learning
 curves, valid BLEU on decoded text, and a tiny end-to-end run with two systems, two seeds and two jobs."""
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from .helpers import BIN, REPO, USER_DIR, write_multi30k_sample
+from .helpers import BIN, REPO, USER_DIR, preprocess_sample, write_multi30k_sample
 
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))
 import compare  # noqa: E402
@@ -403,6 +404,36 @@ def test_readme_results_tables_are_the_committed_results_files():
             checked += 1
     if not checked:
         pytest.skip("no results sections in README.md or docs/results.md yet")
+
+
+def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path):
+    """multitask_pairs trains on as many translation pairs as vanilla: its update budget is the profile's times the
+    batches per epoch of its data-bin (every pair twice: translate, parse) over the shared one's, each counted as
+    fairseq-train counts them (its log's total_num_itrs)."""
+    from dataclasses import replace
+
+    counts = (("train", "train", 200), ("valid", "val", 24))
+    plain = preprocess_sample(data_root, tmp_path / "plain", counts)
+    multitask = preprocess_sample(data_root, tmp_path / "multitask", counts, "--multitask-parse")
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    profile = replace(profile, training_options={**profile.training_options, "max-tokens": 400},
+                      budget={"max_update": 100.0})
+    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out"))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    pairs = comparison.equal_pairs_budget(data_bin, "multitask_pairs", multitask, plain)
+    own, shared = pairs["batches_per_epoch"]["multitask_pairs"], pairs["batches_per_epoch"]["vanilla"]
+    assert own > 1.5 * shared > 0  # twice the pairs, and parse targets longer than translations
+    assert pairs["max_update"] == -(-100 * own // shared) and pairs["profile_max_update"] == 100
+    comparison.pair_budgets[data_bin.name, "multitask_pairs"] = pairs
+    command = compare.train_command(profile, comparison.settings, multitask, "en", "de", "multitask_pairs", 1,
+                                    tmp_path / "checkpoints", comparison.budget(data_bin.name, "multitask_pairs"))
+    assert option_value([str(a) for a in command], "--max-update") == str(pairs["max_update"])
+    # fairseq-train's own count of the same epoch
+    trained = subprocess.run([str(a) for a in command[:-2]] + ["--save-dir", str(tmp_path / "checkpoints"),
+                             "--max-update", "1", "--no-save"], capture_output=True,
+                             text=True)
+    logged = re.findall(r"total_num_itrs = (\d+)", trained.stdout + trained.stderr)
+    assert logged and int(logged[0]) == own, (trained.stdout + trained.stderr)[-3000:]
 
 
 def test_a_failed_command_is_logged_when_it_fails(tmp_path, capsys):

@@ -30,6 +30,7 @@ not made again. Every invocation's wall time is added up in OUT/timing.json, eve
 import argparse
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -64,7 +65,8 @@ from fairseq_syntax.paths import data_root  # noqa: E402
 from profiles import DataBin, Profile, ProfileError, load_profile, option_list, with_options  # noqa: E402
 import results_store  # noqa: E402
 from systems import (  # noqa: E402  (one list for bench too)
-    ATTENTION_LAYER, BASELINE, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command, own_data_bin_name,
+    ATTENTION_LAYER, BASELINE, EQUAL_PAIRS, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command,
+    own_data_bin_name,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (the recipe of demo.sh and bench/bench.py too)
 
@@ -114,11 +116,11 @@ class Settings:
 
 
 def train_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, system: str,
-                  seed: int, save_dir: Path) -> List:
-    """fairseq-train for one system and seed: the shared recipe with the profile's changes, the budget, the valid
-    BLEU rule and the device."""
+                  seed: int, save_dir: Path, budget: Optional[Dict[str, float]] = None) -> List:
+    """fairseq-train for one system and seed: the shared recipe with the profile's changes, the budget (the
+    profile's unless given: an EQUAL_PAIRS system's, Comparison.budget), the valid BLEU rule and the device."""
     recipe = with_options(TRAIN_FLAGS, profile.training_options)
-    kind, value = next(iter(profile.budget.items()))
+    kind, value = next(iter((budget or profile.budget).items()))
     changes = {"seed": seed, "log-interval": 100,
                "max-update": int(value) if kind == "max_update" else False,
                "max-epoch": int(value) if kind == "max_epoch" else 10_000,
@@ -151,6 +153,28 @@ def generate_command(profile: Profile, settings: Settings, destdir: Path, src: s
     return [BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
             "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, "--beam", profile.beam,
             "--batch-size", "64", "--num-workers", "0", *device, *precision, *trees]
+
+
+def batches_per_epoch(command: List) -> int:
+    """The batches fairseq-train makes of one epoch of the train split under `command` (a train_command), built as
+    its trainer builds them: the task's dataset, the model's and task's max positions, max tokens and sentences,
+    the batch-size multiple. (Counted in this process: the model is built on the CPU, nothing is trained.)"""
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in command[1:]])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
+    model = task.build_model(cfg.model)
+    iterator = task.get_batch_iterator(
+        dataset=task.dataset(cfg.dataset.train_subset), max_tokens=cfg.dataset.max_tokens,
+        max_sentences=cfg.dataset.batch_size,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions(),
+                                                  cfg.dataset.max_tokens),
+        ignore_invalid_inputs=True, required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+        seed=cfg.common.seed, num_shards=1, shard_id=0, num_workers=0, epoch=1)
+    return len(iterator)
 
 
 def parse_trees_command(parser_spec: str, lang: str, generated: Path, out: Path) -> List:
@@ -208,6 +232,7 @@ class Comparison:
         self.profile, self.settings, self.out = profile, settings, settings.out
         self.runs_path = self.out / "runs.json"
         self.runs = json.loads(self.runs_path.read_text()) if self.runs_path.exists() else {}
+        self.pair_budgets: Dict[tuple, dict] = {}  # (data-bin, EQUAL_PAIRS system) -> equal_pairs_budget()
 
     # ---- parsers and data-bins -----------------------------------------------------------------------------
 
@@ -319,10 +344,14 @@ class Comparison:
             # An interrupted run goes on from its last checkpoint (fairseq-train restores checkpoint_last.pt with
             # its meters); its log is appended to, so the curves keep the validations made before the interruption.
             resumed = (work / "checkpoints" / "checkpoint_last.pt").exists()
-            log(f"{'resuming' if resumed else 'training'} {key} ({self.profile.budget_text()})")
+            pairs = self.pair_budgets.get((data_bin.name, system))
+            budget = (f"{pairs['max_update']} updates: the translation pairs of {self.profile.budget_text()} of "
+                      f"{BASELINE}" if pairs else self.profile.budget_text())
+            log(f"{'resuming' if resumed else 'training'} {key} ({budget})")
             started = time.time()
             run(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, system, seed,
-                              work / "checkpoints"), work / "train.log", self.settings.threads, append=resumed)
+                              work / "checkpoints", self.budget(data_bin.name, system)), work / "train.log",
+                self.settings.threads, append=resumed)
             # after a resumption the seconds are those of the last part only, and the record says so
             seconds = round(time.time() - started, 1)
             self.record_run(key, train_seconds=seconds, **({"resumed": True} if resumed else {}))
@@ -381,7 +410,8 @@ class Comparison:
             "budget": self.profile.budget_record(),
             "commands": {
                 "train": portable(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
-                                                system, seed, work / "checkpoints")),
+                                                system, seed, work / "checkpoints",
+                                                self.budget(data_bin.name, system))),
                 "test": portable(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
                                                   self.checkpoint(data_bin.name, system, seed), "test")),
                 "compare": portable([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
@@ -394,7 +424,9 @@ class Comparison:
                                                     "resumed") if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
-                         "target_tokens_per_second": train_speed(work / "train.log")},
+                         "target_tokens_per_second": train_speed(work / "train.log"),
+                         **({"equal_translation_pairs": self.pair_budgets[data_bin.name, system]}
+                            if (data_bin.name, system) in self.pair_budgets else {})},
             "curves": curves, "test": test,
         }
         results_store.write_run(root, record, hypotheses, references)
@@ -418,6 +450,28 @@ class Comparison:
                 args += [f"--generated-trees={system}={trees}", f"--parsed-trees={system}={parsed}"]
         return args
 
+    def budget(self, bin_name: str, system: str) -> Optional[Dict[str, float]]:
+        """The budget train_command gets: an EQUAL_PAIRS system's own, else None (the profile's)."""
+        pairs = self.pair_budgets.get((bin_name, system))
+        return {"max_update": pairs["max_update"]} if pairs else None
+
+    def equal_pairs_budget(self, data_bin: DataBin, system: str, own: Path, shared: Path) -> Optional[dict]:
+        """An EQUAL_PAIRS system's update budget: the profile's times the batches per epoch of its data-bin over
+        those of the shared one under the baseline's command, so that it sees as many translation pairs as the
+        baseline (an epoch holds each pair once in both). None under an epoch budget (equal already)."""
+        kind, value = next(iter(self.profile.budget.items()))
+        if kind == "max_epoch":
+            return None
+        if kind != "max_update":
+            raise SystemExit(f"{system} trains on as many translation pairs as {BASELINE}: give it an update or "
+                             f"epoch budget, not {self.profile.budget_text()}")
+        counts = {system: batches_per_epoch(train_command(self.profile, self.settings, own, data_bin.src,
+                                                          data_bin.tgt, system, 1, self.out / "unused")),
+                  BASELINE: batches_per_epoch(train_command(self.profile, self.settings, shared, data_bin.src,
+                                                            data_bin.tgt, BASELINE, 1, self.out / "unused"))}
+        return {"batches_per_epoch": counts, "profile_max_update": int(value),
+                "max_update": math.ceil(value * counts[system] / counts[BASELINE])}
+
     def record_run(self, key: str, **facts) -> None:
         with LOCK:
             self.runs.setdefault(key, {}).update(facts, device=self.settings.device, threads=self.settings.threads,
@@ -429,6 +483,13 @@ class Comparison:
     def compare_bin(self, data_bin: DataBin, systems: List[str], seeds: List[int]) -> dict:
         shared = self.data_bin(data_bin)
         bins_of = self.system_data_bins(data_bin, shared, systems)
+        for system in systems:
+            if system in EQUAL_PAIRS and (data_bin.name, system) not in self.pair_budgets:
+                pairs = self.equal_pairs_budget(data_bin, system, bins_of[system], shared)
+                if pairs:
+                    self.pair_budgets[data_bin.name, system] = pairs
+                    log(f"{system} on {data_bin.name}: {pairs['max_update']} updates (batches per epoch: "
+                        f"{pairs['batches_per_epoch']})")
         work = [(system, seed) for seed in seeds for system in systems]
         with ThreadPoolExecutor(max_workers=self.settings.jobs) as pool:
             outputs = dict(zip(work, pool.map(lambda job: self.train_and_translate(data_bin, bins_of[job[0]],

@@ -15,6 +15,9 @@ MULTI30K_SYSTEMS = {
     "lisa": ["--arch", "transformer_lisa_multi30k"],
     "sh": ["--arch", "transformer_sh_multi30k"],  # Sennrich & Haddow label embeddings
     "multitask": ["--arch", "transformer_multitask_multi30k"],  # Currey & Heafield: a stock transformer ...
+    # ... at the budget that gives it as many translation pairs as the others: its data-bin holds every pair twice
+    # (to translate, and to parse), so an update carries fewer translations (compare.py scales its updates)
+    "multitask_pairs": ["--arch", "transformer_multitask_multi30k"],
     "ldd": ["--arch", "transformer_ldd_multi30k"],  # Liu & Sima'an, on SuPar's distributions ...
     "udp": ["--arch", "transformer_ldd_multi30k", "--ldd-variant", "udp"],  # ... and its 1-best parse ablation
     "gcn": ["--arch", "transformer_gcn_multi30k"],  # Bastings et al.'s gated GCN after self-attention (Ding & Tao)
@@ -48,6 +51,10 @@ MULTI30K_SYSTEMS = {
                            "--dyn-stgcd-no-target-walks"],
     "dyn_stgcd_no_source_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks"],
 }
+# Systems trained for the same number of translation pairs as the baseline's budget, not the same updates:
+# compare.py multiplies an update budget by (batches per epoch of the system's data-bin) / (those of the shared
+# one), both counted as fairseq-train makes them (an epoch holds every translation pair once in either)
+EQUAL_PAIRS = ("multitask_pairs",)
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4", "gcn_decoder", "gcn_decoder_k4",
                       "gcn_decoder_unlabeled", "gcn_decoder_ungated")
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
@@ -87,6 +94,7 @@ class OwnDataBin:
 # Systems whose method lives in the data (or reads the target parse).
 OWN_DATA_BINS = {
     "multitask": OwnDataBin("multitask", ("--multitask-parse",)),
+    "multitask_pairs": OwnDataBin("multitask", ("--multitask-parse",)),
     "ldd": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),
     "udp": OwnDataBin("ldd", ("--source-ldd",), supar_source=True),  # the same parser's 1-best, as in the paper
     # target tokens = transitions of the target parse; non-projective trees lifted, so no test line is dropped
