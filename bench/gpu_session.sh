@@ -30,8 +30,10 @@ fi
   python3 -c "import torch, fairseq; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)"
   nproc; } > "$OUT/gpu.txt" 2>&1
 if [ -n "$tests" ]; then
-  # beside the comparison, on 2 workers of 2 threads
-  OMP_NUM_THREADS=2 timeout $((seconds - 20)) python3 -m pytest -v -p no:cacheprovider -n 2 tests -k "$tests" \
+  # beside the comparison, on 2 workers of 2 threads; stopped by SIGINT, pytest still prints the failures so far
+  # with their tracebacks (a plain kill once left 2 failures without a word of why)
+  OMP_NUM_THREADS=2 timeout -s INT -k 30 $((seconds - 20)) python3 -m pytest -v -rfE --tb=short \
+    -p no:cacheprovider -n 2 tests -k "$tests" \
     > "$OUT/cuda-tests.log" 2>&1 &
 fi
 timeout "$seconds" python3 examples/multi30k/compare.py --profile "$profile" --systems "$systems" --seeds "$seeds" \
