@@ -436,6 +436,19 @@ def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path
     assert logged and int(logged[0]) == own, (trained.stdout + trained.stderr)[-3000:]
 
 
+def test_the_cpu_is_named_with_its_family_model_and_avx512(tmp_path):
+    # two processors as /proc/cpuinfo lists them; the second's fields must not override the first's
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                       "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n\n"
+                       "processor\t: 1\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n")
+    assert compare.cpu_name(cpuinfo) == "AMD EPYC, family 25 model 17, AVX-512"
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: Intel Xeon\n"
+                       "flags\t\t: fpu avx2 avx512_vnni\n")
+    assert compare.cpu_name(cpuinfo) == "Intel Xeon, family 6 model 85"  # avx512_vnni alone is not avx512f
+    assert compare.cpu_name(tmp_path / "missing")  # falls back to platform's name, never raises
+
+
 def test_a_failed_command_is_logged_when_it_fails(tmp_path, capsys):
     """A run that fails says so at once, with its exit status and log: with --jobs the error itself reaches the
     main thread only after the runs queued before it, and the queued runs go on meanwhile."""

@@ -568,18 +568,33 @@ def challenge_split(out: Path, destdir: Path, direction: str, per_set: int) -> P
 
 # ---- the report ------------------------------------------------------------------------------------------------
 
-def machine_name(device: str) -> str:
+def machine_name(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     if device != "cpu":
         try:
             import torch
             return f"{torch.cuda.get_device_name(0)} (GPU)"
         except Exception:  # noqa: BLE001  (the name is only for the header)
             return "GPU"
+    return f"{cpu_name(cpuinfo)} ({os.cpu_count()} cores)"
+
+
+def cpu_name(cpuinfo: Path) -> str:
+    """The model name with the family and model numbers, and AVX-512 where the CPU has it: a virtual machine names
+    every generation "AMD EPYC", and the speed ratios of docs/results.md differ between generations."""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "CPU"
-    return f"{cpu} ({os.cpu_count()} cores)"
+        fields = {}
+        for line in cpuinfo.read_text().splitlines():
+            if not line.strip():
+                break  # the first processor is enough
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        return platform.processor() or "CPU"
+    name = fields.get("model name") or platform.processor() or "CPU"
+    details = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields else []
+    if "avx512f" in fields.get("flags", "").split():
+        details.append("AVX-512")
+    return f"{name}, {', '.join(details)}" if details else name
 
 
 def training_facts(train_log: Path):

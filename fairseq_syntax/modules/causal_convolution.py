@@ -5,9 +5,12 @@ incremental decoding (one new position per step, with the inputs it still needs 
     H(t) = (Y *_d f)(t) = sum_{i=0}^{h-1} f(i) . Y_{t - d i}        (Y_{t'} = 0 for t' < 0)
 
 with h the kernel size and d the dilation: output t reads inputs t, t - d, ..., t - (h - 1) d and nothing later.
-torch's Conv1d with (h - 1) d zeros on the left computes exactly this (its kernel index runs the other way: f(i)
-is weight[..., h - 1 - i]). Padded positions are zeroed on the way in (left padding must not leak into the first
-real positions; fairseq pads targets on the right in training, but a prefix given whole at generation may not).
+The parameters are a torch Conv1d's (with (h - 1) d zeros on the left it computes exactly this; its kernel index
+runs the other way: f(i) is weight[..., h - 1 - i]), but the product runs as one GEMM over the h shifted inputs
+side by side: Dyn-STGCD calls it at every step with a new length and batch, where oneDNN's convolution made a new
+primitive per shape (docs/results.md: 8-23% of a training step saved). Padded positions are zeroed on the way in
+(left padding must not leak into the first real positions; fairseq pads targets on the right in training, but a
+prefix given whole at generation may not).
 Incremental state: the last (h - 1) d inputs of each hypothesis, reordered with the beam.
 """
 from typing import Dict, Optional
@@ -47,8 +50,12 @@ class DilatedCausalConvolution(nn.Module):
             if self.context:
                 self.set_incremental_state(incremental_state, "inputs", {"inputs": x[:, -self.context:].clone()})
         # zeros for the context not kept: the output has one column per new position
-        out = self.convolution(F.pad(x.transpose(1, 2), (self.context - kept_length, 0)))
-        return out.transpose(1, 2)
+        padded = F.pad(x, (0, 0, self.context - kept_length, 0))
+        length, dilation = padded.size(1) - self.context, self.dilation
+        # tap k reads the inputs (h - 1 - k) d back, as the Conv1d's kernel column k does
+        taps = torch.cat([padded[:, k * dilation:k * dilation + length] for k in range(self.kernel_size)], dim=-1)
+        weight = self.convolution.weight.permute(0, 2, 1).reshape(self.convolution.out_channels, -1)  # (out, h x in)
+        return F.linear(taps, weight, self.convolution.bias)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         kept = self.get_incremental_state(incremental_state, "inputs")
