@@ -591,7 +591,8 @@ def cpu_name(cpuinfo: Path) -> str:
     except OSError:
         return platform.processor() or "CPU"
     name = fields.get("model name") or platform.processor() or "CPU"
-    details = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields else []
+    details = ([f"family {fields['cpu family']} model {fields['model']}"] if {"cpu family", "model"} <= set(fields)
+               else [])
     if "avx512f" in fields.get("flags", "").split():
         details.append("AVX-512")
     return f"{name}, {', '.join(details)}" if details else name
