@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One GPU session's checks in one command on the device machine (docs/results.md, "GPU checks"): the CUDA tests
 # given as pytest -k (in the background) beside a comparison profile on the GPU, within a time limit. What comes
-# back under $OUT: gpu.txt (card, driver, versions), cuda-tests.log, compare.log, results.tgz (the profile's
-# results/ files of every finished run, runs.json, the runs' train logs).
+# back under $OUT: gpu.txt (card, driver, versions), cuda-tests.log, compare.log, results.tgz (results/PROFILE/:
+# the results files of every run finished there, written apart from the committed ones, whose runs compare.py
+# would otherwise train without recording; runs.json; the runs' train logs).
 #
 # Before, here (the device machine has no package registry; its working tree is limited to 64 MiB):
-#   bash bench/gpu_bundle.sh                       # .gpu/: the wheels, fairseq-fixed, the test data
+#   bash bench/gpu_fairseq_wheel.sh                # optional, saves ~2.5 device minutes: fairseq-fixed's wheel
+#   bash bench/gpu_bundle.sh [WHEEL]               # .gpu/: the wheels, fairseq-fixed, the test data
 #   tar -cJf .gpu/data-bins.tar.xz -C OUT/data NAME   # optional: data-bins made here by compare.py --out OUT
 #                                                  # (not OUT/data/NAME.command: its paths are this machine's)
 # On the device (run with carry [".gpu"]):
@@ -32,19 +34,19 @@ fi
 if [ -n "$tests" ]; then
   # beside the comparison, on 2 workers of 2 threads; stopped by SIGINT, pytest still prints the failures so far
   # with their tracebacks (a plain kill once left 2 failures without a word of why)
-  OMP_NUM_THREADS=2 timeout -s INT -k 30 $((seconds - 20)) python3 -m pytest -v -rfE --tb=short \
+  OMP_NUM_THREADS=2 timeout -s INT -k 30 $((seconds - 20)) python3 -m pytest -v -rfE --tb=long \
     -p no:cacheprovider -n 2 tests -k "$tests" \
     > "$OUT/cuda-tests.log" 2>&1 &
 fi
 timeout "$seconds" python3 examples/multi30k/compare.py --profile "$profile" --systems "$systems" --seeds "$seeds" \
   --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") --out "$work" \
-  > "$OUT/compare.log" 2>&1
+  --results-dir "$work/results" > "$OUT/compare.log" 2>&1
 rc=$?
 # timeout ends compare.py, not the trainings it started: those of this comparison (their command lines hold its
 # folder; a bare `pkill -f fairseq-train` once ended another comparison's training on the machine it was tried on)
 pkill -f -- "$work/"
 echo "compare.py exit $rc after ${SECONDS}s" >> "$OUT/compare.log"
 wait
-tar -czf "$OUT/results.tgz" results/"$profile" -C "$work" runs.json $(cd "$work" && ls systems/*/*/*/train.log \
+tar -czf "$OUT/results.tgz" -C "$work" results/"$profile" runs.json $(cd "$work" && ls systems/*/*/*/train.log \
   2>/dev/null) 2>> "$OUT/compare.log"
 tail -5 "$OUT/compare.log"; tail -3 "$OUT/cuda-tests.log" 2>/dev/null

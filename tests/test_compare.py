@@ -39,7 +39,7 @@ def test_ldd_profile_commands_have_the_papers_settings(tmp_path):
     assert option_value(command, "--arch") == "transformer_ldd_multi30k"
     for option, value in {"--encoder-layers": "4", "--decoder-layers": "4", "--encoder-embed-dim": "512",
                           "--encoder-ffn-embed-dim": "2048", "--encoder-attention-heads": "8", "--dropout": "0.1",
-                          "--batch-size": "256", "--warmup-updates": "400", "--lr": "0.00221",
+                          "--batch-size": "256", "--warmup-updates": "400", "--lr": "0.001",
                           "--label-smoothing": "0.0", "--max-epoch": "50", "--seed": "3", "--adam-eps": "1e-09",
                           "--best-checkpoint-metric": "bleu"}.items():
         assert option_value(command, option) == value, option

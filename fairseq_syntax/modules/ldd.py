@@ -63,7 +63,9 @@ def one_best_word_matrix(heads: Tensor, label_groups: Optional[Tensor], num_word
     out = torch.zeros(batch, num_words, num_words, NUM_GROUPS + 1 if labeled else 1, dtype=torch.float32,
                       device=heads.device)
     groups = label_groups if labeled else torch.zeros_like(heads)
-    out[rows, dependents, parent_words(heads), groups] = 1.0
+    # the value as a device tensor: `out[...] = 1.0` copies a host scalar to the GPU on every call, which waits
+    # for the queue (tests/test_devices.py's CUDA sync check, on an H200, 2026-11-26)
+    out.index_put_((rows, dependents, parent_words(heads), groups), out.new_ones(()))
     return out[..., :NUM_GROUPS] if labeled else out  # the slice past the groups held labels outside them
 
 
