@@ -2,10 +2,11 @@
 # Packs what a GPU machine without a package registry needs to run this project's CUDA tests and trainings, into
 # .gpu/ (git-ignored through .git/info/exclude; under the device tool's 64 MiB): the Python 3.12 wheels its image
 # lacks (spaCy + English pipeline, SuPar, hydra/omegaconf, ...) unpacked, stripped and xz-packed; fairseq-fixed's
-# sdist (built there, without CUDA_HOME so only its CPU extensions compile) or a wheel built there before; the
+# wheel (bench/gpu_fairseq_wheel.sh) or its sdist (built there, without CUDA_HOME: only its CPU extensions); the
 # Multi30k and UD files the tests read. There: `source .gpu/setup.sh` (not in a pipeline: it exports variables).
 # Seen working on an H100 image with Python 3.12, torch 2.11.0+cu130, numpy 2.5.2 (docs/results.md, GPU checks).
-# Usage: bash bench/gpu_bundle.sh [FAIRSEQ_WHEEL]   (after make install; DATA_ROOT as for the tests)
+# Usage: bash bench/gpu_bundle.sh [FAIRSEQ_WHEEL]   (after make install; DATA_ROOT as for the tests; without a
+# wheel, the one bench/gpu_fairseq_wheel.sh left in work/gpu-wheel/, else the sdist)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_ROOT=${DATA_ROOT:-../shared/data}
@@ -31,8 +32,10 @@ find "$work/site" -name "*.so" -exec strip --strip-unneeded {} \;
 XZ_OPT=-9e tar -cJf .gpu/gpu-site.tar.xz -C "$work/site" .  # -9e: 3 MB less than the default level
 # antlr4 4.9.3 (hydra's) has no wheel on PyPI: a pure-Python wheel built here serves there
 python3 -m pip wheel -q --no-deps -w .gpu antlr4-python3-runtime==4.9.3
-# its setup.py imports torch to describe itself: the project's .venv (make install) does the download
-if [ -n "${1:-}" ]; then cp "$1" .gpu/; else .venv/bin/python -m pip download -q --no-deps --no-binary=:all: \
+# the wheel given, else one bench/gpu_fairseq_wheel.sh built, else the sdist (setup.sh installs a wheel when there
+# is one); the sdist's setup.py imports torch to describe itself: the project's .venv (make install) downloads it
+wheel=${1:-$(ls work/gpu-wheel/fairseq_fixed-*-cp312-*.whl 2>/dev/null | tail -1 || true)}
+if [ -n "$wheel" ]; then cp "$wheel" .gpu/; else .venv/bin/python -m pip download -q --no-deps --no-binary=:all: \
   --no-build-isolation -d .gpu fairseq-fixed==0.12.3.1; fi
 cp -r "$DATA_ROOT/multi30k" "$DATA_ROOT/ud" .gpu/data/
 cat > .gpu/setup.sh <<'EOF'
