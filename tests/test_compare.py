@@ -490,6 +490,32 @@ def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
     assert "resumed" not in comparison.runs["en-de.spacy/pascal/seed1"]
 
 
+def test_parsers_and_data_bins_are_made_with_the_threads_asked_for(tmp_path, monkeypatch):
+    """--threads reaches the parser's training and the preprocessing too, as OMP_NUM_THREADS of their processes (a
+    parser that took every core beside a 2-thread training slowed both ~10x on 2 cores); without --threads they
+    keep torch's default, every core, as nothing of the run is beside them."""
+    import subprocess
+
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    for threads, expected in ((1, "1"), (None, None)):
+        environments = {}
+
+        def fake_subprocess_run(args, env=None, **kwargs):
+            name = "parser" if "fairseq_syntax_preprocess.train_parser" in args else "preprocess"
+            environments[name] = env
+            return subprocess.CompletedProcess(args, 0)
+
+        monkeypatch.setattr(compare.subprocess, "run", fake_subprocess_run)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        comparison = compare.Comparison(profile, compare.Settings(tmp_path / str(threads), jobs=2, threads=threads))
+        comparison.train_parser("en_ewt")
+        comparison.data_bin(data_bin)
+        assert set(environments) == {"parser", "preprocess"}
+        for name, env in environments.items():
+            assert env.get("OMP_NUM_THREADS") == expected, name
+
+
 def test_ldd_profile_trains_ldd_as_the_papers_preset(tmp_path):
     """The ldd-multi30k profile's LDD and UDP rows get, through fairseq's own parsing, the model of the preset that
     is the paper's setting (transformer_ldd_paper_multi30k): every architecture option equal."""

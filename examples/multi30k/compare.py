@@ -112,6 +112,10 @@ class Settings:
         self.out, self.device, self.precision, self.jobs = out, device, precision, max(1, jobs)
         self.raw = raw or out / "raw"  # {train,valid,test}.{src,tgt}: Multi30k (prepare_raw.py) unless given
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.jobs)
+        # parsers and data-bins are made before the trainings, one at a time: every core, unless --threads was given
+        # (a run in the background of other work; a 2-thread parser beside a 2-thread training on 2 cores slowed
+        # both ~10x, docs/results.md)
+        self.preparation_threads = threads
         self.results = results  # where each finished run's record goes (results_store.py); None: nowhere
 
 
@@ -253,7 +257,8 @@ class Comparison:
             log(f"training the {name} parser ({epochs} epochs)")
             model.parent.mkdir(parents=True, exist_ok=True)
             run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model,
-                 "--config", "small", "--epochs", epochs], self.out / "parsers" / f"{name}.log")
+                 "--config", "small", "--epochs", epochs], self.out / "parsers" / f"{name}.log",
+                self.settings.preparation_threads)
         return model
 
     def data_bin(self, data_bin: DataBin) -> Path:
@@ -264,7 +269,7 @@ class Comparison:
         self.require_same_command(destdir, command)
         if not (destdir / "syntax.json").exists():
             log(f"preprocessing {data_bin.name}")
-            run(command, self.out / "data" / f"{data_bin.name}.log")
+            run(command, self.out / "data" / f"{data_bin.name}.log", self.settings.preparation_threads)
         return destdir
 
     @staticmethod
@@ -297,7 +302,8 @@ class Comparison:
                 self.require_same_command(destdir, [BIN / "fairseq-syntax-preprocess", *command])
             if not (destdir / "syntax.json").exists():
                 log(f"preprocessing {data_bin.name} for {system}")
-                run([BIN / "fairseq-syntax-preprocess", *command], self.out / "data" / f"{destdir.name}.log")
+                run([BIN / "fairseq-syntax-preprocess", *command], self.out / "data" / f"{destdir.name}.log",
+                    self.settings.preparation_threads)
             require_same_lines(destdir, shared, "test")
             bins[system] = destdir
         return bins
@@ -781,8 +787,9 @@ def main(argv=None):
     precision.add_argument("--bf16", action="store_const", dest="precision", const="bf16",
                            help="bfloat16 training (fairseq-syntax-train, see docs/training.md); generation in fp32")
     parser.add_argument("--jobs", type=int, default=1, help="systems trained and translated at once")
-    parser.add_argument("--threads", type=int, help="torch threads per job (default: cores / jobs); e.g. one "
-                                                    "1-thread job in the background of other work")
+    parser.add_argument("--threads", type=int, help="torch threads per job (default: cores / jobs), and of the "
+                                                    "parser trainings and preprocessing (default: every core); e.g. "
+                                                    "one 1-thread job in the background of other work")
     parser.add_argument("--results-dir", help="where each finished run's results file goes (default: results/ of "
                                               "the repository when the profile's budget is kept; with a budget or "
                                               "validation override, none unless given)")
