@@ -6,7 +6,8 @@ import pytest
 
 from .helpers import REPO
 
-SCRIPTS = [".ci/run", "bench/gpu_bundle.sh", "bench/gpu_session.sh", "examples/multi30k/demo.sh"]
+SCRIPTS = [".ci/run", "bench/gpu_bundle.sh", "bench/gpu_fairseq_wheel.sh", "bench/gpu_session.sh",
+           "examples/multi30k/demo.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
