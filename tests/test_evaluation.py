@@ -599,3 +599,20 @@ def test_challenge_export_and_score(data_root, tmp_path):
     with pytest.raises(EvaluationError, match="partial.txt"):  # without the linemap the count is wrong
         main(["challenge", "score", "--manifest", str(export_dir / "manifest.json"), "--system",
               f"partial={partial}", "--quiet"])
+
+
+def test_drawing_a_figure_after_fairseq_is_imported_does_not_log_matplotlib_font_matching(tmp_path):
+    """fairseq's import sets the root logger to DEBUG (wav2vec2_classification.py); the evaluation package keeps
+    matplotlib's ~100 font-matching lines per figure out of every tool's output (results_store.py printed them)."""
+    script = (
+        "import logging, sys\n"
+        "import fairseq.models  # the import that calls logging.basicConfig(level=DEBUG)\n"
+        "assert logging.getLogger().level == logging.DEBUG, 'fairseq no longer sets DEBUG: this test proves nothing'\n"
+        "from fairseq_syntax.evaluation.learning_curves import plot_learning_curves\n"
+        "points = [{'num_updates': 10, 'bleu': 1.0}, {'num_updates': 20, 'bleu': 2.0}]\n"
+        "plot_learning_curves({'vanilla': {1: points}}, sys.argv[1])\n")
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "curves.png")], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert "findfont" not in run.stderr and "matplotlib" not in run.stderr, run.stderr[:2000]

@@ -29,7 +29,6 @@ not made again. Every invocation's wall time is added up in OUT/timing.json, eve
 """
 import argparse
 import json
-import logging
 import math
 import os
 import platform
@@ -45,7 +44,6 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional
 
-logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger at DEBUG
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent

@@ -12,5 +12,11 @@
 - `reporting`: metric names, number formatting and the lazily imported plots shared by the reports.
 - `cli`: the command line front (`cli_main`): subcommand dispatch and logging.
 """
-from . import challenge_sets, metrics  # noqa: F401
-from .metrics import EvaluationError  # noqa: F401
+import logging
+
+# fairseq's import (fairseq/models/wav2vec/wav2vec2_classification.py) calls logging.basicConfig(level=DEBUG), after
+# which every figure drawn here logs ~100 lines of matplotlib's font matching
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+from . import challenge_sets, metrics  # noqa: E402,F401
+from .metrics import EvaluationError  # noqa: E402,F401
