@@ -68,7 +68,7 @@ def make_data_bins(workdir: Path, data_root: Path, sentences: int, valid: int = 
     return destdir, plain
 
 
-def build(destdir: Path, system: str, size: str):
+def build(destdir: Path, system: str, size: str, device: str = "cpu"):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -78,13 +78,20 @@ def build(destdir: Path, system: str, size: str):
                                                 "syntax_translation", "-s", "de", "-t", "en", *arch, "--dropout",
                                                 "0.1", "--share-all-embeddings", "--criterion",
                                                 "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                                                "--cpu"])
+                                                *(["--cpu"] if device == "cpu" else [])])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     torch.manual_seed(1)
-    model = task.build_model(cfg.model)
-    criterion = task.build_criterion(cfg.criterion)
+    model = task.build_model(cfg.model).to(device)
+    criterion = task.build_criterion(cfg.criterion).to(device)
     return task, model.train(), criterion
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued kernels (CUDA runs them asynchronously: a clock read without this times the
+    launches, not the work)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def columns(prev: torch.Tensor, pad: int) -> dict:
@@ -96,20 +103,27 @@ def columns(prev: torch.Tensor, pad: int) -> dict:
 
 
 def time_step(model, criterion, sample, repeats: int, decoder_only: bool = False) -> float:
+    from fairseq import utils
+
+    device = next(model.parameters()).device
+    sample = utils.move_to_cuda(sample, device) if device.type == "cuda" else sample
     times = []
     for _ in range(repeats + 1):  # the first is a warm-up
         model.zero_grad(set_to_none=True)
+        synchronize(device)
         started = time.perf_counter()
         if decoder_only:
             with torch.no_grad():
                 encoder_out = model.encoder(**{k: v for k, v in sample["net_input"].items()
                                                if k != "prev_output_tokens"})
+            synchronize(device)
             started = time.perf_counter()
             x, _ = model.decoder(sample["net_input"]["prev_output_tokens"], encoder_out=encoder_out)
             x.float().sum().backward()
         else:
             loss, _, _ = criterion(model, sample)
             loss.backward()
+        synchronize(device)
         times.append(time.perf_counter() - started)
     return statistics.median(times[1:])
 
@@ -133,11 +147,17 @@ def generation_speed(task, model, lengths: tuple, batch_size: int = 32) -> float
     task.load_dataset("valid")
     dataset = task.dataset("valid")
     iterator = task.get_batch_iterator(dataset, max_sentences=batch_size, seed=1).next_epoch_itr(shuffle=False)
+    from fairseq import utils
+
+    device = next(model.parameters()).device
+    synchronize(device)
     sentences, started = 0, time.perf_counter()
     with torch.no_grad():
         for sample in iterator:
+            sample = utils.move_to_cuda(sample, device) if device.type == "cuda" else sample
             task.inference_step(generator, [model], sample)
             sentences += len(sample["id"])
+    synchronize(device)
     return sentences / (time.perf_counter() - started)
 
 

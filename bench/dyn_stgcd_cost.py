@@ -5,7 +5,7 @@ Dyn-STGCD's (MATCHED below).
 
   python bench/dyn_stgcd_cost.py --workdir work/decoder-cost [--batches 8] [--repeats 3] [--arch-size multi30k]
       [--systems vanilla,dyn_stgcd,dyn_stgcd@64] [--generate-pieces 25] [--no-matched-baseline] [--rounds 1]
-      [--out FILE]
+      [--device cuda] [--out FILE]
 
 Data: bench/decoder_cost.py's plain data-bin (the first 2,000 sentences of UD English-EWT train, both sides the
 gold CoNLL-U parse, no transitions), made there if missing. Every system is examples/multi30k/systems.py's at the
@@ -46,7 +46,7 @@ def measure(system: str, plain: Path, args, part: str) -> dict:
     if "@" in system:
         base, width = system.split("@")
         MULTI30K_SYSTEMS[system] = [*MULTI30K_SYSTEMS[base], "--dyn-stgcd-graph-dim", width]
-    task, model, criterion = build(plain, system, args.arch_size)
+    task, model, criterion = build(plain, system, args.arch_size, args.device)
     figures = {"parameters": sum(p.numel() for p in model.parameters())}
     if part == "train":
         task.load_dataset("train")
@@ -62,12 +62,19 @@ def measure(system: str, plain: Path, args, part: str) -> dict:
         generation_speed(task, model, lengths)  # the warm-up pass
         figures["generate_sentences_per_second"] = generation_speed(task, model, lengths)
     figures[f"{part}_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if args.device == "cuda":
+        figures[f"{part}_peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
     return figures
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="work/decoder-cost")
+    parser.add_argument("--sentences", type=int, default=2000, help="the EWT train sentences of the data-bin")
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
@@ -83,12 +90,15 @@ def main(argv=None):
                         help="measure every system this many times in turn; ratios are the median over rounds")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this system, print its JSON
     parser.add_argument("--part", default="train", help=argparse.SUPPRESS)  # internal: train or generate
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: the models, batches and beam search on the GPU (the paper's Table 5 timed "
+                             "GPUs), each timing after torch.cuda.synchronize; peak CUDA memory reported beside RSS")
     parser.add_argument("--out", help="the report (default: WORKDIR/dyn_stgcd_cost.json)")
     args = parser.parse_args(argv)
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
-    _, plain = make_data_bins(workdir, data_root(), 2000)
+    _, plain = make_data_bins(workdir, data_root(), args.sentences)
     if args.one:
         print("RESULT " + json.dumps(measure(args.one, plain, args, args.part)), flush=True)
         return
@@ -109,9 +119,12 @@ def main(argv=None):
             print(f"round {round_index + 1}", system, json.dumps(results[system]), flush=True)
         rounds.append(results)
     report = {"arch_size": args.arch_size, "batches": args.batches, "max_tokens": args.max_tokens,
-              "generate_pieces": args.generate_pieces, "threads": 1, "rounds": rounds}
-    keys = ["train_words_per_second", "train_peak_rss_mb", "parameters"]
-    keys += ["generate_sentences_per_second", "generate_peak_rss_mb"] if "generate" in parts else []
+              "generate_pieces": args.generate_pieces, "threads": 1, "device": device_name(args.device),
+              "rounds": rounds}
+    memory_keys = [f"{part}_peak_{kind}_mb" for part in parts
+                   for kind in (("rss", "cuda") if args.device == "cuda" else ("rss",))]
+    keys = ["train_words_per_second", "parameters", *memory_keys]
+    keys += ["generate_sentences_per_second"] if "generate" in parts else []
     for baseline in baselines:
         report[f"ratio_to_{baseline}"] = {}
         for system in systems:
@@ -125,7 +138,7 @@ def main(argv=None):
             verdicts = ", ".join(f"{key} {ratios[key]:.3f}x (target >= {target}: "
                                  f"{'PASS' if ratios[key] >= target else 'FAIL'})"
                                  for key, target in TARGETS.items() if key in ratios)
-            memory = ", ".join(f"{key} {ratios[key]:.2f}x" for key in keys if key.endswith("peak_rss_mb"))
+            memory = ", ".join(f"{key} {ratios[key]:.2f}x" for key in memory_keys)
             print(f"{system} against {baseline}: {verdicts}; {memory}; parameters "
                   f"{rounds[0][system]['parameters']:,} vs {rounds[0][baseline]['parameters']:,}", flush=True)
     out = Path(args.out) if args.out else workdir / "dyn_stgcd_cost.json"

@@ -129,3 +129,28 @@ def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences
                in report["generate_lengths"].items() if name != "vanilla")
     assert report["speed_vs_vanilla"]["vanilla"] == report["speed_vs_linearized"]["linearized"] == 1.0
     assert report["columns"]["exact_views"] > report["columns"]["causal"]
+
+
+@pytest.mark.slow  # (a smoke run of a benchmark: two systems train and generate, each in a process of its own)
+def test_dyn_stgcd_cost_bench_reports_each_systems_figures_and_the_ratios(data_root, tmp_path):
+    """bench/dyn_stgcd_cost.py at the tiny size on the CPU: every system's training and generation figures come
+    from their own processes, and each ratio is the system's figure over vanilla's of the same round."""
+    import json
+
+    import dyn_stgcd_cost
+
+    out = tmp_path / "report.json"
+    dyn_stgcd_cost.main(["--workdir", str(tmp_path), "--sentences", "120", "--batches", "1", "--repeats", "1",
+                         "--arch-size", "tiny", "--max-tokens", "400", "--generate-pieces", "4",
+                         "--no-matched-baseline", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu"
+    (measured,) = report["rounds"]
+    assert set(measured) == {"vanilla", "dyn_stgcd"}
+    for figures in measured.values():
+        assert figures["train_words_per_second"] > 0 and figures["generate_sentences_per_second"] > 0
+        assert figures["target_words"] == measured["vanilla"]["target_words"]  # the same batches
+        assert not any(key.endswith("cuda_mb") for key in figures)
+    ratios = report["ratio_to_vanilla"]["dyn_stgcd"]
+    for key in ("train_words_per_second", "generate_sentences_per_second", "train_peak_rss_mb", "parameters"):
+        assert ratios[key] == pytest.approx(measured["dyn_stgcd"][key] / measured["vanilla"][key])
