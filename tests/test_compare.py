@@ -406,6 +406,39 @@ def test_readme_results_tables_are_the_committed_results_files():
         pytest.skip("no results sections in README.md or docs/results.md yet")
 
 
+def test_runs_of_another_precision_get_a_table_of_their_own(tmp_path):
+    """Runs of one profile trained in fp16 and in float32 are not averaged as seeds of one recipe: the committed
+    GPU runs (fp16), one of them relabelled float32, give two tables, the relabelled run alone in the second."""
+    import shutil
+
+    import results_store
+
+    profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
+    source = results_store.RESULTS / profile.name
+    if not any(source.glob("*/vanilla/seed*.json")):
+        pytest.skip("no committed runs of the ldd-multi30k-reduced profile")
+    shutil.copytree(source, tmp_path / profile.name)
+    records = sorted((tmp_path / profile.name).glob("*/ldd/seed*.json"))
+    relabelled = json.loads(records[0].read_text())
+    assert relabelled["machine"]["precision"] == "fp16"
+    relabelled["machine"]["precision"] = None  # float32, as compare.py records it
+    records[0].write_text(json.dumps(relabelled))
+    data_bin = relabelled["data_bin"]
+
+    report = results_store.profile_report(tmp_path, profile.name, list(MULTI30K_SYSTEMS), profile.budget_record(),
+                                          plots=False)
+    tables = report.split(f"**{data_bin}, ")[1:]
+    assert [table.split(" runs**")[0] for table in tables] == ["fp16", "fp32"]
+    rows = {kind: {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in table.splitlines()
+                   if line.startswith("| ") and not line.startswith("| system")}
+            for kind, table in zip(("fp16", "fp32"), tables)}
+    seeds = len(records)
+    assert rows["fp32"] == {"ldd": "1"}
+    assert rows["fp16"]["ldd"] == str(seeds - 1) and rows["fp16"]["vanilla"] == str(seeds)
+    assert f"results/{profile.name}/{data_bin}/curves.fp32.bleu.png" in report
+    assert "Left out" not in report
+
+
 def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path):
     """multitask_pairs trains on as many translation pairs as vanilla: its update budget is the profile's times the
     batches per epoch of its data-bin (every pair twice: translate, parse) over the shared one's, each counted as

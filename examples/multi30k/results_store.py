@@ -14,7 +14,8 @@ seed's paired bootstrap against the baseline of the same seed, parameters, train
 generated-trees table, the learning curves of each data-bin (results/<profile>/<data-bin>/curves.{bleu,loss}.png),
 and the sections between `<!-- results:<profile> begin -->` and `<!-- results:<profile> end -->` markers of the
 files given. A run whose files are missing, half-written, made at another budget or that disagree with their hash
-is listed under "Left out" and never averaged in.
+is listed under "Left out" and never averaged in. Runs of one data-bin trained in different precisions (fp16,
+bf16, float32: the machine record's) get a table each, never one mean.
 """
 import argparse
 import gzip
@@ -227,9 +228,23 @@ def trees_rows(systems: Dict[str, Dict[int, Run]], order: List[str]) -> List[str
             "|---" * 6 + "|", *rows]
 
 
+def precision(run: Run) -> str:
+    return run.record["machine"].get("precision") or "fp32"
+
+
+def by_precision(systems: Dict[str, Dict[int, Run]]) -> Dict[str, Dict[str, Dict[int, Run]]]:
+    """The runs of one data-bin grouped by numeric precision: runs trained in fp16 and in float32 are not seeds of
+    one recipe (the loss scaler skips updates, the sums round differently), so each precision gets a table."""
+    groups: Dict[str, Dict[str, Dict[int, Run]]] = {}
+    for system, by_seed in systems.items():
+        for seed, run in by_seed.items():
+            groups.setdefault(precision(run), {}).setdefault(system, {})[seed] = run
+    return groups
+
+
 def machine_text(machine: Dict) -> str:
-    precision = f", {machine['precision']}" if machine.get("precision") else ""
-    return f"{machine['name']}{precision}, {machine['jobs']} job(s) of {machine['threads']} thread(s)"
+    shown = f", {machine['precision']}" if machine.get("precision") else ""
+    return f"{machine['name']}{shown}, {machine['jobs']} job(s) of {machine['threads']} thread(s)"
 
 
 def profile_report(root: Path, profile: str, preferred: List[str], budget: Optional[Dict] = None,
@@ -238,14 +253,18 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
     them)."""
     runs, references, problems = load_runs(root, profile, budget)
     parts = []
-    for data_bin in sorted(runs):
-        systems = runs[data_bin]
+    tables = [(data_bin, kind, systems) for data_bin in sorted(runs)
+              for kind, systems in sorted(by_precision(runs[data_bin]).items())]
+    for data_bin, kind, systems in tables:
+        # one precision per data-bin (the usual case): the names stay those of the data-bin alone
+        mixed = sum(1 for other, _, _ in tables if other == data_bin) > 1
+        label, stem = (f"{data_bin}, {kind} runs", f"curves.{kind}") if mixed else (data_bin, "curves")
         order = system_order(systems, preferred)
         _, summary = summarize_bin(systems, references[data_bin])
         first = next(iter(next(iter(systems.values())).values())).record
         machines = sorted({machine_text(run.record["machine"]) for by_seed in systems.values()
                            for run in by_seed.values()})
-        parts.append(f"**{data_bin}** (test2016, {len(references[data_bin])} sentences; budget "
+        parts.append(f"**{label}** (test2016, {len(references[data_bin])} sentences; budget "
                      f"{json.dumps(first['budget'])}; {', '.join(machines)})\n")
         parts.append("\n".join(bin_table(data_bin, systems, summary, order)) + "\n")
         trees = trees_rows(systems, order)
@@ -256,10 +275,10 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
             curves = {system: {seed: run.record["curves"] for seed, run in sorted(systems[system].items())}
                       for system in order}
             for metric in ("bleu", "loss"):
-                plot_learning_curves(curves, Path(root) / profile / data_bin / f"curves.{metric}.png", metric,
+                plot_learning_curves(curves, Path(root) / profile / data_bin / f"{stem}.{metric}.png", metric,
                                      title=f"{data_bin}: valid {'BLEU' if metric == 'bleu' else 'loss'} against "
                                            f"updates ({profile}; mean over seeds, band: min-max)")
-        parts.append(f"Learning curves: `results/{profile}/{data_bin}/curves.bleu.png`, `curves.loss.png`.\n")
+        parts.append(f"Learning curves: `results/{profile}/{data_bin}/{stem}.bleu.png`, `{stem}.loss.png`.\n")
     if not runs:
         parts.append(f"No complete run of profile {profile} yet.\n")
     if problems:
