@@ -9,36 +9,14 @@ Generation is forced to a fixed length for every system (bench.py `generate`): 2
 transition decoder must also produce its arcs and marks, so it is given the transition tokens that 25 pieces come
 with on average in the data (`forced_lengths`), minimum and maximum alike (the validity masks plan for both).
 """
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Tuple
 
-import numpy as np
+# the counting is the package's (compare.py records train words/s with it): re-exported for the benches
+from fairseq_syntax.data.transition_channels import PIECE_CLASSES, target_token_counts, word_share  # noqa: F401
 
-from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, EOS, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START
-
-# sentencepiece pieces (or words of a word vocabulary); WORD_MARK_ONLY holds a lone "\u2581" piece, a piece of the
-# plain target too, and the attached-word mark, which is not (target_token_counts tells them apart by symbol)
-PIECE_CLASSES = (WORD_START, WORD_CONTINUE, WORD_MARK_ONLY)
 WORD_COUNT_METHOD = ("target words = pieces + EOS, as fairseq's wps counts them on a plain data-bin (arc tokens "
                      "and attached-word marks left out): fairseq wps x (pieces + EOS) / all target tokens of the "
                      "training split")
-
-
-def target_token_counts(token_ids: np.ndarray, classes: Sequence[int], symbols: Sequence[str]) -> Dict[str, int]:
-    """Counts over target token ids (every sentence's, EOS included): `tokens` (all), `pieces`, `eos`, and
-    `words` = pieces + EOS (what fairseq counts for a plain target). `classes`: the transition class of every
-    dictionary symbol (transition_tokens.vocabulary_classes); `symbols`: the dictionary's symbols."""
-    token_ids = np.asarray(token_ids, dtype=np.int64).ravel()
-    is_piece = np.isin(np.asarray(classes, dtype=np.int64), PIECE_CLASSES)
-    is_piece &= np.array([symbol != ATTACHED_MARK for symbol in symbols[:len(is_piece)]], dtype=bool)
-    per_token = np.asarray(classes, dtype=np.int64)[token_ids]
-    pieces = int(is_piece[token_ids].sum())
-    eos = int((per_token == EOS).sum())
-    return {"tokens": int(token_ids.size), "pieces": pieces, "eos": eos, "words": pieces + eos}
-
-
-def word_share(counts: Dict[str, int]) -> float:
-    """Target words per target token (1.0 on a plain data-bin): fairseq's wps times this is words/s."""
-    return counts["words"] / counts["tokens"]
 
 
 def forced_lengths(counts: Dict[str, int], pieces: int) -> Tuple[int, int]:

@@ -351,6 +351,10 @@ def check_results_files(root, profile_path, out):
             assert record["commands"]["train"].startswith("fairseq-train ") and f"--seed {seed}" in \
                 record["commands"]["train"]
             assert (system == "linearized") == ("trees" in record["test"])
+            training = record["training"]  # words/s: arcs and marks of a transition target left out of wps
+            assert (training["target_word_share"] < 0.8) == (system == "linearized")
+            assert training["target_words_per_second"] == pytest.approx(
+                training["target_tokens_per_second"] * training["target_word_share"], abs=0.1)
             if system == "linearized":
                 assert record["test"]["trees"]["uas"] == pytest.approx(evaluated["systems"][system]["trees"]["uas"])
     runs, references, problems = results_store.load_runs(root, "tiny", profile.budget_record())

@@ -20,12 +20,14 @@ from fairseq.data import Dictionary, data_utils
 from fairseq_syntax.data.channels import SyntaxManifest
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.data.syntax_channels import SyntaxChannels
-from fairseq_syntax.data.transition_channels import EDGE_LABELS_CHANNEL, EDGES_CHANNEL, TRANSITION_CHANNELS
+from fairseq_syntax.data.transition_channels import (
+    EDGE_LABELS_CHANNEL, EDGES_CHANNEL, TRANSITION_CHANNELS, target_word_share,
+)
 from fairseq_syntax.data.projectivity import crossing_arcs, is_projective, projectivize
 from fairseq_syntax.data.transition_oracle import oracle
 from fairseq_syntax.data.transition_output import transitions_to_tree
 from fairseq_syntax.data.transition_state import is_valid_sequence, parse_transitions, transition_edges
-from fairseq_syntax.data.transition_tokens import arc_tokens, is_arc, strip_transitions, token_class
+from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, arc_tokens, is_arc, strip_transitions, token_class
 from fairseq_syntax.parsers.conllu_reader import read_conllu
 
 from .helpers import USER_DIR, hypotheses, run_cli, write_ewt_sample
@@ -54,6 +56,23 @@ def target_tokens(destdir, split):
     dictionary = Dictionary.load(str(destdir / "dict.en.txt"))
     dataset = data_utils.load_indexed_dataset(str(destdir / f"{split}.de-en.en"), dictionary)
     return dictionary, [[dictionary[i] for i in dataset[k].tolist()] for k in range(len(dataset))]
+
+
+def test_target_words_per_token_leave_out_the_arcs_and_marks_fairseq_counts(transition_bin, tmp_path):
+    """compare.py's train words/s is fairseq's wps (every target token) times this share: on a transition data-bin
+    the pieces and EOS of the binarized targets over all their tokens; 1.0 on a data-bin without transitions."""
+    _, destdir, _ = transition_bin
+    _, sentences = target_tokens(destdir, "train")
+    tokens = [token for sentence in sentences for token in sentence]
+    words = [token for token in tokens if not is_arc(token) and token != ATTACHED_MARK]  # pieces and </s>
+    assert sum(token == "</s>" for token in words) == len(sentences)
+    assert target_word_share(str(destdir), "de", "en") == pytest.approx(len(words) / len(tokens))
+    assert 0.3 < len(words) / len(tokens) < 0.8  # about as many arcs and marks as pieces
+    plain = tmp_path / "plain"
+    shutil.copytree(destdir, plain)
+    manifest = json.loads((plain / "syntax.json").read_text())
+    (plain / "syntax.json").write_text(json.dumps(dict(manifest, target_transitions=[])))
+    assert target_word_share(str(plain), "de", "en") == 1.0
 
 
 def test_target_stream_is_the_oracle_and_non_projective_trees_are_dropped(transition_bin):

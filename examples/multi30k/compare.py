@@ -50,6 +50,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))  # its neighbours systems.py, training.py and profiles.py, also when imported
+from fairseq_syntax.data.transition_channels import target_word_share  # noqa: E402
 from fairseq_syntax.evaluation.learning_curves import (  # noqa: E402
     best_validation, plot_learning_curves, read_validations,
 )
@@ -403,6 +404,9 @@ class Comparison:
         best = best_validation(curves) if self.profile.checkpoint == "best" else None
         parameters, updates = training_facts(work / "train.log")
         updates = int(updates) if updates != "?" else None
+        tokens_per_second = train_speed(work / "train.log")
+        # fairseq's wps counts a transition target's arcs and marks too: words/s is the same count for every system
+        word_share = target_word_share(str(destdir), data_bin.src, data_bin.tgt)
         facts = self.runs.get(f"{data_bin.name}/{system}/seed{seed}", {})
 
         def portable(command):  # the repository's own paths relative to it, the console scripts by name
@@ -428,7 +432,9 @@ class Comparison:
                                                     "resumed") if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
-                         "target_tokens_per_second": train_speed(work / "train.log"),
+                         "target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
+                         "target_words_per_second": (round(tokens_per_second * word_share, 1)
+                                                     if tokens_per_second is not None else None),
                          **({"equal_translation_pairs": self.pair_budgets[data_bin.name, system]}
                             if (data_bin.name, system) in self.pair_budgets else {})},
             "curves": curves, "test": test,

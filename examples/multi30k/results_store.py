@@ -183,7 +183,7 @@ def number_text(value, digits=0) -> str:
 def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str]) -> List[str]:
     rows = ["| system | seeds | parameters | BLEU mean ± sd | p vs vanilla (Welch over seeds; one seed: its paired "
             "bootstrap) | BLEU per seed (95% CI; p, paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | "
-            "BLEU-1 | kept update per seed | train target tokens/s |", "|---" * 12 + "|"]
+            "BLEU-1 | kept update per seed | train target words/s |", "|---" * 12 + "|"]
     for system in order:
         entry, by_seed = summary[system], systems[system]
         runs = []
@@ -198,7 +198,10 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
             test = "baseline" if system == BASELINE else ("n/a (one seed)" if len(entry["seeds"]) < 2 else "n/a")
         training = [by_seed[seed].record["training"] for seed in entry["seeds"]]
         parameters = {t.get("parameters") for t in training}
-        speeds = [t["target_tokens_per_second"] for t in training if t.get("target_tokens_per_second")]
+        # words (pieces + EOS), the same count for every system; a record without it (written before
+        # 2026-11-27 and not given one since) leaves the cell "?" rather than mixing in tokens/s
+        speeds = [t.get("target_words_per_second") for t in training]
+        speeds = speeds if all(speeds) else []
         rows.append(f"| {system} | {len(entry['seeds'])} | "
                     f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
                     f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {mean_sd_text(entry['chrf++'])} | "

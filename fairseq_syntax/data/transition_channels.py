@@ -13,16 +13,17 @@ target's tokens are no longer its pieces; heads and labels are read back from th
 `syntax.json` lists the added tokens (transition_tokens.transition_vocabulary: the mark, then the arc tokens) under
 `target_transitions` (SyntaxManifest), in the order they were appended to the target dictionary.
 """
-from typing import List, Sequence, Tuple
+import os
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, register_channel
+from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, SyntaxManifest, register_channel
 from .transition_oracle import oracle
 from .transition_state import EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD
 from .transition_tokens import (
-    FAIRSEQ_SPECIALS, every_piece_is_a_word, mark_attached_words, starts_with_word_mark, vocabulary_classes,
-    vocabulary_labels,
+    ATTACHED_MARK, EOS, FAIRSEQ_SPECIALS, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START, every_piece_is_a_word,
+    mark_attached_words, starts_with_word_mark, vocabulary_classes, vocabulary_labels,
 )
 
 EDGES_CHANNEL, EDGE_LABELS_CHANNEL = "transition_edges", "transition_edge_labels"
@@ -104,3 +105,47 @@ def transition_syntaxes(sequences: Sequence[Sequence[str]], word_ids: Sequence[S
             out.append(SentenceSyntax(**{EDGES_CHANNEL: rows.astype(np.int64).reshape(-1),
                                          EDGE_LABELS_CHANNEL: scan.label[row, step].numpy()[order].astype(np.int64)}))
     return out
+
+
+# ---- target words: fairseq's wps counts every target token, arcs and marks included -------------------------------
+
+# sentencepiece pieces (or words of a word vocabulary); WORD_MARK_ONLY holds a lone "\u2581" piece, a piece of the
+# plain target too, and the attached-word mark, which is not (target_token_counts tells them apart by symbol)
+PIECE_CLASSES = (WORD_START, WORD_CONTINUE, WORD_MARK_ONLY)
+
+
+def target_token_counts(token_ids: np.ndarray, classes: Sequence[int], symbols: Sequence[str]) -> Dict[str, int]:
+    """Counts over target token ids (every sentence's, EOS included): `tokens` (all), `pieces`, `eos`, and
+    `words` = pieces + EOS (what fairseq counts for a plain target). `classes`: the transition class of every
+    dictionary symbol (target_token_classes); `symbols`: the dictionary's symbols."""
+    token_ids = np.asarray(token_ids, dtype=np.int64).ravel()
+    is_piece = np.isin(np.asarray(classes, dtype=np.int64), PIECE_CLASSES)
+    is_piece &= np.array([symbol != ATTACHED_MARK for symbol in symbols[:len(is_piece)]], dtype=bool)
+    per_token = np.asarray(classes, dtype=np.int64)[token_ids]
+    pieces = int(is_piece[token_ids].sum())
+    eos = int((per_token == EOS).sum())
+    return {"tokens": int(token_ids.size), "pieces": pieces, "eos": eos, "words": pieces + eos}
+
+
+def word_share(counts: Dict[str, int]) -> float:
+    """Target words per target token (1.0 on a plain data-bin): fairseq's wps times this is words/s."""
+    return counts["words"] / counts["tokens"]
+
+
+def target_word_share(data_dir: str, src: str, tgt: str, split: str = "train") -> float:
+    """word_share of a data-bin's `split` target side: 1.0 unless the data-bin has target transitions (its
+    manifest's `target_transitions`), whose arc tokens and attached-word marks fairseq's wps counts but a plain
+    target has not. Train target words/s = wps x this, the same count for every system."""
+    manifest = SyntaxManifest.load(data_dir)
+    if manifest is None or not manifest.target_transitions:
+        return 1.0
+    from fairseq.data import Dictionary, data_utils
+
+    dictionary = Dictionary.load(os.path.join(data_dir, f"dict.{tgt}.txt"))
+    prefix = os.path.join(data_dir, f"{split}.{src}-{tgt}.{tgt}")
+    dataset = data_utils.load_indexed_dataset(prefix, dictionary, "mmap")
+    if dataset is None:
+        raise FileNotFoundError(f"{prefix}.bin/.idx: no {split} target side in {data_dir}")
+    token_ids = np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
+    classes = target_token_classes(dictionary.symbols, manifest.word_level).numpy()
+    return word_share(target_token_counts(token_ids, classes, dictionary.symbols))
