@@ -98,6 +98,9 @@ def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path
     translation writes the generated trees, the same parser parses their words, the evaluator scores them."""
     profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
     assert "linearized" in profile.systems
+    # every landed target-side decoder is a row of the campaign, the re-encoding ones with sampled prefixes
+    assert {"bitran_k4", "parent_k4", "gcn_decoder_k4", "dyn_stgcd"} <= set(profile.systems)
+    assert not {"bitran", "parent", "gcn_decoder"} & set(profile.systems)
     bins = {b.name: b for b in profile.bins}
     assert bins["en-de.spacy"].transitions_parser == bins["en-de.supar-ewt"].transitions_parser == "supar:@de_gsd_pud"
     assert bins["de-en.supar"].transitions_parser == "supar:@en_ewt"  # its target_parser
