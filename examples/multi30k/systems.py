@@ -36,6 +36,10 @@ MULTI30K_SYSTEMS = {
     # profile's 1,600 updates): the campaign's rows of these decoders sample 4 prefixes per sentence, as bitran_k4
     "parent_k4": ["--arch", "transformer_parent_multi30k", "--bitran-prefixes", "4"],
     "gcn_decoder_k4": ["--arch", "transformer_gcn_decoder_multi30k", "--bitran-prefixes", "4"],
+    # the same, trained on as many target positions as the causal decoders at the profile's budget (EQUAL_POSITIONS)
+    "bitran_k4_positions": ["--arch", "transformer_bitran_multi30k", "--bitran-prefixes", "4"],
+    "parent_k4_positions": ["--arch", "transformer_parent_multi30k", "--bitran-prefixes", "4"],
+    "gcn_decoder_k4_positions": ["--arch", "transformer_gcn_decoder_multi30k", "--bitran-prefixes", "4"],
     "gcn_decoder_unlabeled": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels"],
     "gcn_decoder_ungated": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
                             "--no-decoder-gcn-gates"],
@@ -55,8 +59,14 @@ MULTI30K_SYSTEMS = {
 # compare.py multiplies an update budget by (batches per epoch of the system's data-bin) / (those of the shared
 # one), both counted as fairseq-train makes them (an epoch holds every translation pair once in either)
 EQUAL_PAIRS = ("multitask_pairs",)
+# Sampled-prefix systems trained on as many target positions as a decoder with a loss at every target position
+# (Linearized; the same decoder re-encoding every prefix) at the baseline's budget, not the same updates: k sampled
+# prefixes give a loss at min(k, n) of a target's n positions, so compare.py multiplies an update budget by the
+# positions of an epoch over the sampled ones, counted on the batches fairseq-train makes (~7x for k = 4 on the cpu
+# profile's transition data-bin)
+EQUAL_POSITIONS = ("bitran_k4_positions", "parent_k4_positions", "gcn_decoder_k4_positions")
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4", "gcn_decoder", "gcn_decoder_k4",
-                      "gcn_decoder_unlabeled", "gcn_decoder_ungated")
+                      "gcn_decoder_unlabeled", "gcn_decoder_ungated", *EQUAL_POSITIONS)
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
 # The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:
@@ -140,3 +150,9 @@ def needs_other_supar_parser(system: str, src_parser: str) -> bool:
 def own_data_bin_name(system: str) -> Optional[str]:
     own = OWN_DATA_BINS.get(system)
     return own.name if own else None
+
+
+def sampled_prefixes(system: str) -> int:
+    """The k of `system`'s --bitran-prefixes k (sampled prefixes per sentence); 0: none given (every position)."""
+    args = MULTI30K_SYSTEMS[system]
+    return int(args[args.index("--bitran-prefixes") + 1]) if "--bitran-prefixes" in args else 0
