@@ -194,8 +194,9 @@ def test_normalized_propagation_equals_the_per_node_sum(device, with_sog):
 
 # ---- 4. DynamicGCN over several steps (eq. 5-7) ------------------------------------------------------------------
 
+@pytest.mark.parametrize("first_layer", [False, True], ids=["inputs", "first-layer"])
 @pytest.mark.parametrize("teacher_forced", [False, True], ids=["free", "teacher-forced"])
-def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced):
+def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced, first_layer):
     """Steps t = 0..5 of one layer, B = 2 (row 1's nodes 4 and 5 padded, with garbage), against eq. 7 per entry:
     A_t[i][j] = sigmoid(alpha (A_{t-1}[i][j] + Ã_{t-1}[i][j]) + beta) over a matrix of the maximum number of nodes
     that starts at A_{-1} = I, so that a node that does not exist yet goes through the update at every step with
@@ -203,7 +204,8 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced)
     over the nodes 0..t-1 (0 in the new node's row and column); alpha / beta = refine's weight and bias. Teacher-
     forced: A_{t-1} is the gold graph of the nodes 0..t-1 (the identity for the new node). Also W_t (the A.1 loop,
     from W_{-1} = the trainable initial matrix) and the convolved nodes ReLU(D^-1/2 Â D^-1/2 [Y; sog] W_t) (eq. 2,
-    5), 0 on padded nodes."""
+    5), 0 on padded nodes. First layer: its input Y^0 is 0, passed as None (the step computes nothing of it), and
+    the loops run on zeros."""
     generator = torch.Generator().manual_seed(14 + teacher_forced)
     torch.manual_seed(14)
     g, steps, batch = 4, 6, 2
@@ -230,6 +232,7 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced)
         n = t + 1
         step_mask = mask[:, :n]
         inputs = random_nodes(generator, step_mask, g)  # Y^{l-1}_t: every node re-encoded at every step
+        inputs = torch.zeros_like(inputs) if first_layer else inputs
         outputs = random_nodes(generator, step_mask, g)  # Y^l_t, what eq. 8's MLP would give
         gold_previous = gold[:, :t, :t] if teacher_forced else None
 
@@ -256,7 +259,8 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced)
             for i in range(n):
                 expected_convolved[b, i] = torch.relu(propagated[b, i] @ weight[b])
 
-        convolved, adjacency, new_weight = layer.step(on(device, inputs), on(device, step_mask), state,
+        convolved, adjacency, new_weight = layer.step(None if first_layer else on(device, inputs),
+                                                      on(device, step_mask), state,
                                                       on(device, sog), on(device, gold_previous))
         assert adjacency.dtype == torch.float32 and adjacency.shape == (batch, n, n)
         torch.testing.assert_close(adjacency.cpu().double(), expected_adjacency, **TOLERANCES)
@@ -306,6 +310,16 @@ def test_no_mask_is_every_node_real(device):
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
         states = [layer.next_state(state, adjacency, weight, convolved)
                   for state, (convolved, adjacency, weight) in zip(states, results)]
+    # the first layer's Y^0 = 0 passed as None (nothing of it computed) equals zeros through the masked path
+    states = [layer.initial_state(on(device, nodes[:, :0])) for _ in range(2)]
+    for t in range(3):
+        zeros = on(device, torch.zeros(batch, t + 1, g))
+        results = [layer.step(None, None, states[0], sog),
+                   layer.step(zeros, on(device, every[:, :t + 1]), states[1], sog)]
+        for got, expected in zip(results[0], results[1]):
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+        states = [layer.next_state(state, adjacency, weight, on(device, nodes[:, :t + 1]))
+                  for state, (_, adjacency, weight) in zip(states, results)]
 
 
 # ---- 5. temporal convolution (§3.4, A.3) -------------------------------------------------------------------------

@@ -214,8 +214,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         # beam search see no padding: None spares every mask operation of the blocks
         node_mask = None if bool(node_mask.all()) else node_mask
         context = dict(context, embeddings=self.node_inputs(tokens) if embeddings is None else embeddings)
-        y = context["embeddings"].new_zeros(tokens.size(0), tokens.size(1), self.dim)  # Y^0 = 0
-        new_states, adjacency = [], None
+        y, new_states, adjacency = None, [], None  # Y^0 = 0: the first block computes nothing of it
         for block, state in zip(self.blocks, states):
             if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
                 # --checkpoint-activations: the block runs again in the backward pass (dropout replayed); its

@@ -96,23 +96,51 @@ class EvolvingWeight(nn.Module):
         weights = masked_softmax(nodes @ self.queries, allowed, dim=1).to(nodes)  # (B, n, g)
         return weights.transpose(1, 2) @ nodes
 
-    def forward(self, nodes: Tensor, node_mask: Optional[Tensor], previous: Tensor) -> Tensor:
+    def forward(self, nodes: Optional[Tensor], node_mask: Optional[Tensor], previous: Tensor) -> Tensor:
+        """W_t from the node vectors (B, n, g) and W_{t-1}; nodes None: they are all 0 (the first layer's input
+        Y^0), so are the summary and its terms P x, which are not computed."""
         # column c of every matrix is one GRU step: rows x_c^T and h_c^T of all columns and sentences go through
         # one GEMM per weight stack ((B x g) x g times g x 3g), not one small product per sentence. W is kept with
         # its columns as rows in memory (what this returns is a transposed view of that; DynamicGCNState's
         # index_select keeps the layout), so no step copies it into place.
         dim = self.dim
-        inputs = self.summarize(nodes, node_mask)  # (B, columns, g): x_c
+        batch = previous.size(0)
+        if nodes is None and previous.stride(0) == 0:
+            # every row holds the very same W_{t-1} (W_{-1} evolved without inputs, the first layer's): so does
+            # W_t, computed once and shared (a quarter of the GRU's work in 4 blocks, forward and backward)
+            previous = previous[:1]
         state = previous.transpose(1, 2)  # h_c = column c of W_{t-1}
-        projected = inputs @ self.input_weights.reshape(3 * dim, dim).t()  # P_Z x, P_R x, P_W x side by side
         bias = self.biases.transpose(1, 2)  # B_Z, B_R, B_W by column
         # Z and R in one sigmoid; chunks, not slices: the backward of a slice fills a zero tensor of the whole
         # GEMM output per gate
-        input_zr, input_w = projected.split([2 * dim, dim], dim=-1)
-        state_zr = state @ self.state_weights[:2].reshape(2 * dim, dim).t()
-        update, reset = torch.sigmoid(input_zr + state_zr + torch.cat([bias[0], bias[1]], dim=-1)).chunk(2, dim=-1)
-        candidate = torch.tanh(input_w + (reset * state) @ self.state_weights[2].t() + bias[2])
-        return torch.lerp(state, candidate, update).transpose(1, 2)  # (1 - Z) . W_{t-1} + Z . W~
+        gates_zr = state @ self.state_weights[:2].reshape(2 * dim, dim).t() + torch.cat([bias[0], bias[1]], dim=-1)
+        if nodes is not None:
+            inputs = self.summarize(nodes, node_mask)  # (B, columns, g): x_c
+            projected = inputs @ self.input_weights.reshape(3 * dim, dim).t()  # P_Z x, P_R x, P_W x side by side
+            input_zr, input_w = projected.split([2 * dim, dim], dim=-1)
+            gates_zr = gates_zr + input_zr
+        update, reset = torch.sigmoid(gates_zr).chunk(2, dim=-1)
+        reset_state = (reset * state) @ self.state_weights[2].t() + bias[2]
+        candidate = torch.tanh(reset_state if nodes is None else input_w + reset_state)
+        weight = torch.lerp(state, candidate, update).transpose(1, 2)  # (1 - Z) . W_{t-1} + Z . W~
+        return weight.expand(batch, -1, -1) if weight.size(0) != batch else weight
+
+
+def propagation_scales(adjacency: Tensor, node_mask: Optional[Tensor], sog: bool = False):
+    """D^-1/2 of eq. 2 (B, n) float32, 0 on padded nodes, and, with `sog`, <sog>'s own D^-1/2 (B, 1) or a float:
+    Â = adjacency + I over the real nodes, plus <sog>'s edge of weight 1 to every real node (node_mask None: every
+    node is real). Also gives the adjacency restricted to the real nodes (float32)."""
+    adjacency = adjacency.float()
+    if node_mask is None:
+        # the degree of Â: the row's adjacency, its self loop, <sog>'s edge (>= 1, no clamp needed)
+        inverse_root = (adjacency.sum(dim=2) + (2.0 if sog else 1.0)).rsqrt()
+        return adjacency, inverse_root, ((adjacency.size(-1) + 1) ** -0.5 if sog else None)
+    real = node_mask.to(torch.float32)
+    adjacency = adjacency * real.unsqueeze(1) * real.unsqueeze(2)
+    degree = adjacency.sum(dim=2) + real * (2.0 if sog else 1.0)
+    inverse_root = degree.clamp(min=1e-12).rsqrt() * real
+    # <sog>'s degree: its links to the n real nodes, and itself
+    return adjacency, inverse_root, ((real.sum(dim=1, keepdim=True) + 1).rsqrt() if sog else None)
 
 
 def normalized_propagation(adjacency: Tensor, node_mask: Optional[Tensor], nodes: Tensor,
@@ -120,22 +148,12 @@ def normalized_propagation(adjacency: Tensor, node_mask: Optional[Tensor], nodes
     """D^-1/2 Â D^-1/2 [nodes; sog] for the rows of the real nodes (eq. 2): Â = adjacency + I over the real nodes,
     plus, with `sog` (B, d), an edge of weight 1 from <sog> to every real node. (B, n, d), 0 on padded nodes.
     node_mask None: every node is real (the decoder's steps, where no masking is needed)."""
-    n = adjacency.size(-1)
-    hat = adjacency.float() + torch.eye(n, device=adjacency.device)
-    if node_mask is not None:
-        real = node_mask.to(torch.float32)
-        hat = hat * real.unsqueeze(1) * real.unsqueeze(2)
-    degree = hat.sum(dim=2)
+    adjacency, inverse_root, sog_scale = propagation_scales(adjacency, node_mask, sog is not None)
+    scale = inverse_root.unsqueeze(-1).to(nodes)
+    # row i: r_i (sum_j a_ij r_j x_j + r_i x_i), Â's identity without an n x n identity matrix
+    scaled = scale * nodes
+    out = scale * (adjacency.to(nodes) @ scaled + scaled)
     if sog is not None:
-        degree = degree + (1.0 if node_mask is None else real)
-    inverse_root = degree.clamp(min=1e-12).rsqrt()  # (B, n)
-    if node_mask is not None:
-        inverse_root = inverse_root * real
-    weights = inverse_root.unsqueeze(2) * hat * inverse_root.unsqueeze(1)
-    out = weights.to(nodes) @ nodes
-    if sog is not None:
-        # <sog>'s degree: its links to the n real nodes, and itself
-        sog_scale = (real.sum(dim=1, keepdim=True) + 1).rsqrt() if node_mask is not None else (n + 1) ** -0.5
         out = out + (inverse_root * sog_scale).unsqueeze(-1).to(nodes) * sog.unsqueeze(1)
     return out
 
@@ -151,8 +169,12 @@ class DynamicGCNState:
     fresh: Tensor
 
     def index_select(self, rows: Tensor) -> "DynamicGCNState":
-        # W lies with its columns as rows in memory (EvolvingWeight): selected in that layout, it stays there
-        weight = self.weight.transpose(1, 2).index_select(0, rows).transpose(1, 2)
+        # W lies with its columns as rows in memory (EvolvingWeight): selected in that layout, it stays there; one
+        # W shared by every row (stride 0, the first layer's) stays shared
+        if self.weight.stride(0) == 0:
+            weight = self.weight[:1].expand(rows.numel(), -1, -1)
+        else:
+            weight = self.weight.transpose(1, 2).index_select(0, rows).transpose(1, 2)
         return DynamicGCNState(weight, *(value.index_select(0, rows) for value in
                                          (self.adjacency, self.outputs, self.fresh)))
 
@@ -184,24 +206,26 @@ class DynamicGCN(nn.Module):
         return DynamicGCNState(self.weight.initial_state(batch), nodes.new_zeros(batch, 0, 0, dtype=torch.float32),
                                nodes.new_zeros(batch, 0, self.dim), fresh)
 
-    def step(self, inputs: Tensor, node_mask: Optional[Tensor], state: DynamicGCNState,
+    def step(self, inputs: Optional[Tensor], node_mask: Optional[Tensor], state: DynamicGCNState,
              sog: Optional[Tensor] = None, gold_previous: Optional[Tensor] = None):
-        """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), node_mask (B, n) True on real nodes (None:
-        all real, the case of every decoder step: no mask is applied);
+        """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), None when they are all 0 (the first layer's
+        Y^0: only <sog> then reaches the nodes, and nothing of the inputs is computed); node_mask (B, n) True on
+        real nodes (None: all real, the case of every decoder step: no mask is applied);
         gold_previous (B, t, t): the gold graph of the nodes 0..t-1 (teacher-forced adjacency). Gives
         (convolved nodes (B, n, g), A_t (B, n, n) float32, W_t)."""
-        n = inputs.size(1)
+        batch, n = state.outputs.size(0), state.outputs.size(1) + 1
+        device = state.outputs.device
         previous_mask = None if node_mask is None else node_mask[:, :n - 1]
         if n > 1 and self.dynamic_adjacency:
             coefficients = self.attention(state.outputs, previous_mask)
         else:
-            coefficients = inputs.new_zeros(inputs.size(0), n - 1, n - 1, dtype=torch.float32)
+            coefficients = torch.zeros(batch, n - 1, n - 1, device=device, dtype=torch.float32)
         if gold_previous is not None:
             previous = gold_previous.float()
-            fresh = torch.tensor([0.0, 1.0], device=inputs.device).expand(inputs.size(0), 2)
+            fresh = torch.tensor([0.0, 1.0], device=device).expand(batch, 2)
         else:
             previous, fresh = state.adjacency, state.fresh
-        grown = torch.empty(inputs.size(0), n, n, device=inputs.device, dtype=torch.float32)
+        grown = torch.empty(batch, n, n, device=device, dtype=torch.float32)
         grown[:, :, -1] = fresh[:, :1]
         grown[:, -1, :] = fresh[:, :1]
         grown[:, -1, -1] = fresh[:, 1]
@@ -211,7 +235,15 @@ class DynamicGCN(nn.Module):
             real = node_mask.to(torch.float32)
             adjacency = adjacency * real.unsqueeze(1) * real.unsqueeze(2)
         weight = self.weight(inputs, node_mask, state.weight) if self.dynamic_weight else state.weight
-        convolved = torch.relu(normalized_propagation(adjacency, node_mask, inputs, sog) @ weight)
+        if inputs is not None:
+            convolved = torch.relu(normalized_propagation(adjacency, node_mask, inputs, sog) @ weight)
+        elif sog is None:
+            convolved = state.outputs.new_zeros(batch, n, self.dim)
+        else:
+            # ReLU(D^-1/2 Â D^-1/2 [0; sog] W): node i gets r_i r_sog sog W, and ReLU(c v) = c ReLU(v) for c >= 0
+            _, inverse_root, sog_scale = propagation_scales(adjacency, node_mask, sog=True)
+            scale = (inverse_root * sog_scale).unsqueeze(-1).to(sog)
+            convolved = scale * torch.relu(sog.unsqueeze(1) @ weight)
         return convolved, adjacency, weight
 
     def next_state(self, state: DynamicGCNState, adjacency: Tensor, weight: Tensor, outputs: Tensor):

@@ -87,15 +87,19 @@ class Block(nn.Module):
         self.temporal = (TemporalConvolution(dim, kernel_size, dilation=2 ** index, dropout=dropout)
                          if "no_temporal" not in ablations else None)
 
-    def forward(self, inputs: Tensor, node_mask: Optional[Tensor], state: DynamicGCNState,
+    def forward(self, inputs: Optional[Tensor], node_mask: Optional[Tensor], state: DynamicGCNState,
                 context: Dict[str, Tensor], gold_previous: Optional[Tensor]):
-        """One step over the nodes 0..t; node_mask (B, n) True on real nodes, None when all are (no masking)."""
+        """One step over the nodes 0..t; inputs (B, n, g), None in the first block (Y^0 = 0: the graph
+        convolution skips what zeros would add); node_mask (B, n) True on real nodes, None when all are (no
+        masking)."""
         if self.spatial:
             convolved, adjacency, weight = self.gcn.step(inputs, node_mask, state, context["sog"], gold_previous)
         else:
-            n = inputs.size(1)
-            convolved, weight = inputs, state.weight
-            adjacency = (torch.eye(n, device=inputs.device).expand(inputs.size(0), n, n) if node_mask is None
+            embeddings = context["embeddings"]
+            batch, n = embeddings.shape[:2]
+            convolved = inputs if inputs is not None else embeddings.new_zeros(batch, n, self.gcn.dim)
+            weight = state.weight
+            adjacency = (torch.eye(n, device=embeddings.device).expand(batch, n, n) if node_mask is None
                          else torch.diag_embed(node_mask.float()))
         parts = [convolved]
         if self.first:
