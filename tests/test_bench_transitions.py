@@ -154,3 +154,28 @@ def test_dyn_stgcd_cost_bench_reports_each_systems_figures_and_the_ratios(data_r
     ratios = report["ratio_to_vanilla"]["dyn_stgcd"]
     for key in ("train_words_per_second", "generate_sentences_per_second", "train_peak_rss_mb", "parameters"):
         assert ratios[key] == pytest.approx(measured["dyn_stgcd"][key] / measured["vanilla"][key])
+
+
+def test_paired_step_times_each_tree_with_its_own_code_on_swapped_cores(data_root, tmp_path):
+    """bench/paired_step.py at the tiny size: each round times the two versions at once, each child with the code of
+    its own tree (the --before revision's worktree, this tree after), the cores swapped in the next round; the
+    worktree is removed afterwards."""
+    import os
+    import subprocess
+
+    import paired_step
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("paired timing needs 2 cores")
+    repo = Path(paired_step.__file__).resolve().parent.parent
+    rounds = paired_step.main(["--before", "HEAD", "--workdir", str(tmp_path), "--sentences", "120", "--batches", "1",
+                               "--repeats", "1", "--rounds", "2", "--arch-size", "tiny", "--max-tokens", "400"])
+    assert len(rounds) == 2
+    assert rounds[0]["cores"]["before"] == rounds[1]["cores"]["after"] != rounds[0]["cores"]["after"]
+    for measured in rounds:
+        before, after = Path(measured["before"]["module"]), Path(measured["after"]["module"])
+        assert before.parent.parent.parent == tmp_path  # WORKDIR/paired-*/fairseq_syntax/__init__.py
+        assert after.parent.parent == repo
+        assert measured["ratio"] == pytest.approx(measured["after"]["seconds"] / measured["before"]["seconds"])
+    listed = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in listed

@@ -1,0 +1,129 @@
+"""One system's training step under two versions of the code, timed at the same time, one version per core, then
+with the cores swapped: for changes of a few percent on a machine whose own speed moves by more than that between
+minutes (the 2-core machine of docs/results.md moved by up to 15%: runs one after another cannot tell 5% apart).
+
+  python bench/paired_step.py --before REV [--after REV] [--system dyn_stgcd] [--batches 8] [--repeats 2]
+      [--rounds 2] [--workdir work/decoder-cost] [--arch-size multi30k] [--max-tokens 2048]
+
+Each version is a git worktree of its revision (--after: none = this working tree); each child process imports
+fairseq_syntax and bench/decoder_cost.py from its own tree, builds the system as bench/dyn_stgcd_cost.py does (the
+comparison's size, randomly initialised, 1 torch thread, seed 1), and times forward + backward of the syntax
+criterion on the same first --batches batches of bench/decoder_cost.py's plain data-bin: process CPU time, the
+minimum of --repeats after a warm-up pass, summed over the batches. The two children of a round start together, so
+both meet the same machine. Stop other work on the machine first (both cores are used).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def child(args) -> None:
+    """Time the step with the code of args.tree (imported from there, not from this file's tree)."""
+    tree = Path(args.tree)
+    sys.path[:0] = [str(tree / "bench"), str(tree)]
+    os.sched_setaffinity(0, {args.core})
+    import torch
+
+    torch.set_num_threads(1)
+    import fairseq_syntax
+    from decoder_cost import build
+
+    if Path(fairseq_syntax.__file__).resolve().parent != (tree / "fairseq_syntax").resolve():
+        raise SystemExit(f"imported {fairseq_syntax.__file__}, not the tree {tree}'s")
+    task, model, criterion = build(Path(args.data_bin), args.system, args.arch_size)
+    task.load_dataset("train")
+    iterator = task.get_batch_iterator(task.dataset("train"), max_tokens=args.max_tokens,
+                                       seed=1).next_epoch_itr(shuffle=True)
+    samples = [next(iterator) for _ in range(args.batches)]
+
+    def step(sample) -> float:
+        model.zero_grad(set_to_none=True)
+        started = time.process_time()
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+        return time.process_time() - started
+
+    for sample in samples:  # warm-up
+        step(sample)
+    seconds = sum(min(step(sample) for _ in range(args.repeats)) for sample in samples)
+    print("RESULT " + json.dumps({"seconds": seconds, "module": fairseq_syntax.__file__}), flush=True)
+
+
+def worktree(revision: str, parent: Path) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="paired-", dir=parent))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(path), revision], check=True,
+                   capture_output=True)
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", help="the revision to compare against (a commit, a branch, HEAD~1)")
+    parser.add_argument("--after", help="the revision measured against it (default: this working tree)")
+    parser.add_argument("--system", default="dyn_stgcd", help="one of examples/multi30k/systems.py's systems")
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, the cores swapped in each next one")
+    parser.add_argument("--workdir", default="work/decoder-cost")
+    parser.add_argument("--sentences", type=int, default=2000, help="the EWT train sentences of the data-bin")
+    parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k"))
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)  # internal: a child's code
+    parser.add_argument("--core", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--data-bin", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.tree:
+        return child(args)
+    if not args.before:
+        parser.error("--before REV is required")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("paired timing needs 2 cores")
+    sys.path.insert(0, str(REPO / "bench"))
+    from decoder_cost import make_data_bins
+
+    from fairseq_syntax.paths import data_root
+
+    workdir = Path(args.workdir).resolve()
+    _, plain = make_data_bins(workdir, data_root(), args.sentences)
+    made = [worktree(args.before, workdir)] + ([worktree(args.after, workdir)] if args.after else [])
+    trees = {"before": made[0], "after": made[1] if args.after else REPO}
+    rounds = []
+    try:
+        for round_index in range(args.rounds):
+            placed = {"before": cores[round_index % 2], "after": cores[(round_index + 1) % 2]}
+            running = {name: subprocess.Popen(
+                [sys.executable, __file__, "--tree", str(trees[name]), "--core", str(placed[name]), "--data-bin",
+                 str(plain), "--system", args.system, "--batches", str(args.batches), "--repeats", str(args.repeats),
+                 "--arch-size", args.arch_size, "--max-tokens", str(args.max_tokens)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in trees}
+            measured = {"cores": placed}
+            for name, process in running.items():
+                output, _ = process.communicate()
+                lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+                if process.returncode or not lines:
+                    raise SystemExit(f"the {name} child failed:\n{output[-3000:]}")
+                measured[name] = json.loads(lines[-1][7:])
+            measured["ratio"] = measured["after"]["seconds"] / measured["before"]["seconds"]
+            rounds.append(measured)
+            print(f"round {round_index + 1} (before on core {placed['before']}, after on core {placed['after']}): "
+                  f"before {measured['before']['seconds']:.3f} s, after {measured['after']['seconds']:.3f} s, "
+                  f"after / before {measured['ratio']:.3f}", flush=True)
+    finally:
+        for path in made:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], capture_output=True)
+    ratio = statistics.median(r["ratio"] for r in rounds)
+    print(f"{args.system}: after / before step time {ratio:.3f} (median of {len(rounds)} rounds)")
+    return rounds
+
+
+if __name__ == "__main__":
+    main()
