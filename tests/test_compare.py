@@ -99,7 +99,8 @@ def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path
     profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
     assert "linearized" in profile.systems
     # every landed target-side decoder is a row of the campaign, the re-encoding ones with sampled prefixes
-    assert {"bitran_k4", "parent_k4", "gcn_decoder_k4", "dyn_stgcd"} <= set(profile.systems)
+    assert {"bitran_k4", "parent_k4", "gcn_decoder_k4", "gcn_decoder_unlabeled_k4", "gcn_decoder_ungated_k4",
+            "dyn_stgcd"} <= set(profile.systems)
     assert not {"bitran", "parent", "gcn_decoder"} & set(profile.systems)
     # and again at equal target positions, generating (and scored on) their trees as the others
     assert set(EQUAL_POSITIONS) <= set(profile.systems) and all(map(compare.generates_trees, EQUAL_POSITIONS))

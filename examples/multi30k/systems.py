@@ -43,6 +43,10 @@ MULTI30K_SYSTEMS = {
     "gcn_decoder_unlabeled": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels"],
     "gcn_decoder_ungated": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
                             "--no-decoder-gcn-gates"],
+    "gcn_decoder_unlabeled_k4": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
+                                 "--bitran-prefixes", "4"],
+    "gcn_decoder_ungated_k4": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
+                               "--no-decoder-gcn-gates", "--bitran-prefixes", "4"],
     # Li et al.'s Dyn-STGCD: the translation and its graph generated together, on the target parse (no transitions),
     # and the ablations of the paper's Figure 5 (spatial / temporal convolution, dynamic W, dynamic A) and Table 4
     # (random walks: none, or on the target graph only)
@@ -66,7 +70,8 @@ EQUAL_PAIRS = ("multitask_pairs",)
 # profile's transition data-bin)
 EQUAL_POSITIONS = ("bitran_k4_positions", "parent_k4_positions", "gcn_decoder_k4_positions")
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4", "gcn_decoder", "gcn_decoder_k4",
-                      "gcn_decoder_unlabeled", "gcn_decoder_ungated", *EQUAL_POSITIONS)
+                      "gcn_decoder_unlabeled", "gcn_decoder_ungated", "gcn_decoder_unlabeled_k4",
+                      "gcn_decoder_ungated_k4", *EQUAL_POSITIONS)
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
 # The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:
