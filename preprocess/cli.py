@@ -66,7 +66,7 @@ def get_parser():
     parser.add_argument("--projectivize", action="store_true",
                         help="with --target-transitions: lift the arcs of non-projective target trees (Nivre & "
                              "Nilsson's Lift, labels kept) instead of dropping their pairs; preprocess.json counts "
-                             "the trees and the words that got a new head")
+                             "the trees and the words that got a new head. With --add-to, taken from the data-bin")
     ldd = parser.add_argument_group("labeled dependency distributions (LDD, Liu & Sima'an; needs a SuPar source "
                                     "parser)")
     ldd.add_argument("--source-ldd", action="store_true",

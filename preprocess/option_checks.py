@@ -1,6 +1,7 @@
 """Checking the options of fairseq-syntax-preprocess: what is required, which combinations are refused, the defaults
 that depend on other options, and, with --add-to, what the data-bin fixes (its languages, segmentation, parsers,
 label dictionaries)."""
+import json
 import os
 import re
 from typing import List, Tuple
@@ -87,6 +88,15 @@ def check_arguments(args) -> None:
         raise SystemExit(f"--add-to {data_bin}: --target-transitions, but the data-bin's target tokens are plain "
                          f"pieces; its models would never see transitions")
     args.target_transitions = bool(manifest.target_transitions)
+    # non-projective target trees of new splits are lifted or dropped as the data-bin's were (its preprocess.json
+    # says which): a challenge split added to a --projectivize data-bin lost most of its pairs before
+    report = os.path.join(data_bin, "preprocess.json")
+    made = json.load(open(report)) if os.path.exists(report) else {}
+    lifted = bool(made.get("target_transitions", {}).get("projectivize", False))
+    if args.projectivize and not lifted:
+        raise SystemExit(f"--add-to {data_bin}: --projectivize, but the data-bin's non-projective target trees were "
+                         f"dropped, not lifted")
+    args.projectivize = lifted
     args.target_root_label = manifest.target_root_label  # new splits read their roots as the data-bin does
     source_settings = manifest.sides[args.source_lang].settings.get("ldd")
     if (args.source_ldd or ldd_options_given(args)) and source_settings is None:

@@ -176,6 +176,15 @@ def test_projectivize_keeps_every_line(transition_bin, tmp_path):
             assert is_projective(read_back.heads) and (lifted_words > 0) == (crossing_arcs(tree.heads) is not None)
             changed += lifted_words
         assert summary["lifted_words"][split] == changed
+    # a split added later (--add-to, as compare.py adds the challenge sets) is lifted as the data-bin was
+    from fairseq_syntax_preprocess.cli import run
+
+    run(["--add-to", str(destdir), "--testpref", f"heldout={raw / 'valid'}"])
+    added = json.loads((destdir / "preprocess.heldout.json").read_text())["target_transitions"]
+    assert (destdir / "heldout.linemap").read_text().split() == [str(n) for n in range(1, VALID + 1)]
+    assert added["projectivize"] is True and added["projectivized"]["heldout"] == summary["projectivized"]["valid"]
+    with pytest.raises(SystemExit, match="dropped, not lifted"):  # a data-bin that dropped them
+        run(["--add-to", str(transition_bin[1]), "--testpref", f"heldout={raw / 'valid'}", "--projectivize"])
 
 
 # ---- generation with a randomly initialised model (in-process) -----------------------------------------------
