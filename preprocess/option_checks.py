@@ -91,7 +91,10 @@ def check_arguments(args) -> None:
     # non-projective target trees of new splits are lifted or dropped as the data-bin's were (its preprocess.json
     # says which): a challenge split added to a --projectivize data-bin lost most of its pairs before
     report = os.path.join(data_bin, "preprocess.json")
-    made = json.load(open(report)) if os.path.exists(report) else {}
+    made = {}
+    if os.path.exists(report):
+        with open(report) as f:
+            made = json.load(f)
     lifted = bool(made.get("target_transitions", {}).get("projectivize", False))
     if args.projectivize and not lifted:
         raise SystemExit(f"--add-to {data_bin}: --projectivize, but the data-bin's non-projective target trees were "

@@ -453,8 +453,7 @@ class Comparison:
                          "target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
                          "target_words_per_second": (round(tokens_per_second * word_share, 1)
                                                      if tokens_per_second is not None else None),
-                         **dict([self.own_budgets[data_bin.name, system]]
-                                if (data_bin.name, system) in self.own_budgets else [])},
+                         **self.own_budget_record(data_bin.name, system)},
             "curves": curves, "test": test,
         }
         results_store.write_run(root, record, hypotheses, references)
@@ -483,6 +482,12 @@ class Comparison:
         profile's)."""
         own = self.own_budgets.get((bin_name, system))
         return {"max_update": own[1]["max_update"]} if own else None
+
+    def own_budget_record(self, bin_name: str, system: str) -> Dict[str, dict]:
+        """{record key: counts} of an EQUAL_PAIRS or EQUAL_POSITIONS system's budget (a results file's training
+        section), {} for the others."""
+        own = self.own_budgets.get((bin_name, system))
+        return {own[0]: own[1]} if own else {}
 
     def budget_text(self, bin_name: str, system: str) -> str:
         own = self.own_budgets.get((bin_name, system))
