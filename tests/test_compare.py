@@ -449,6 +449,40 @@ def test_runs_of_another_precision_get_a_table_of_their_own(tmp_path):
     assert "Left out" not in report
 
 
+def test_speeds_of_runs_on_different_settings_are_not_averaged(tmp_path):
+    """A system's train words/s is the mean over seeds only when every seed ran under the same setting (machine,
+    precision, jobs, threads); otherwise each seed's speed is listed. The committed GPU runs, first all given one
+    setting, then one of them another number of jobs."""
+    import shutil
+
+    import results_store
+
+    profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
+    source = results_store.RESULTS / profile.name
+    if len(list(source.glob("*/ldd/seed*.json"))) < 2:
+        pytest.skip("fewer than two committed runs of ldd in the ldd-multi30k-reduced profile")
+    shutil.copytree(source, tmp_path / profile.name)
+    records = sorted((tmp_path / profile.name).glob("*/*/seed*.json"))
+    for path in records:
+        record = json.loads(path.read_text())
+        record["machine"]["jobs"] = 8
+        path.write_text(json.dumps(record))
+
+    def ldd_speed_cell():
+        report = results_store.profile_report(tmp_path, profile.name, list(MULTI30K_SYSTEMS),
+                                              profile.budget_record(), plots=False)
+        row = next(line for line in report.splitlines() if line.startswith("| ldd |"))
+        return row.rstrip(" |").split(" | ")[-1]
+
+    ldd = sorted((tmp_path / profile.name).glob("*/ldd/seed*.json"))
+    speeds = [json.loads(path.read_text())["training"]["target_words_per_second"] for path in ldd]
+    assert ldd_speed_cell() == f"{sum(speeds) / len(speeds):,.0f}"
+    other = json.loads(ldd[-1].read_text())
+    other["machine"]["jobs"] = 4
+    ldd[-1].write_text(json.dumps(other))
+    assert ldd_speed_cell() == "per seed: " + ", ".join(f"{speed:,.0f}" for speed in speeds)
+
+
 def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path):
     """multitask_pairs trains on as many translation pairs as vanilla: its update budget is the profile's times the
     batches per epoch of its data-bin (every pair twice: translate, parse) over the shared one's, each counted as

@@ -202,13 +202,22 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
         # 2026-11-27 and not given one since) leaves the cell "?" rather than mixing in tokens/s
         speeds = [t.get("target_words_per_second") for t in training]
         speeds = speeds if all(speeds) else []
+        # a speed is a figure of the machine and of how many runs shared it: seeds trained under different
+        # settings (8 jobs on one GPU, then 4) are listed one by one, not averaged into a speed no run had
+        settings = {machine_text(by_seed[seed].record["machine"]) for seed in entry["seeds"]}
+        if not speeds:
+            speed_text = "?"
+        elif len(settings) == 1:
+            speed_text = number_text(mean(speeds))
+        else:
+            speed_text = "per seed: " + ", ".join(number_text(speed) for speed in speeds)
         rows.append(f"| {system} | {len(entry['seeds'])} | "
                     f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
                     f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {mean_sd_text(entry['chrf++'])} | "
                     f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
                     f"{mean_sd_text(entry['bleu-1'])} | "
                     f"{', '.join(number_text(t.get('kept_update')) for t in training)} | "
-                    f"{number_text(mean(speeds)) if speeds else '?'} |")
+                    f"{speed_text} |")
     return rows
 
 
