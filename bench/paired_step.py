@@ -1,15 +1,23 @@
-"""One system's training step under two versions of the code, timed at the same time, one version per core, then
-with the cores swapped: for changes of a few percent on a machine whose own speed moves by more than that between
-minutes (the 2-core machine of docs/results.md moved by up to 15%: runs one after another cannot tell 5% apart).
+"""One system's training step under two versions of the code, or two systems' steps under this code, timed at the
+same time, one per core, then with the cores swapped: for differences of a few percent on a machine whose own speed
+moves by more than that between minutes (the 2-core machine of docs/results.md moved by up to 15%: runs one after
+another cannot tell 5% apart).
 
   python bench/paired_step.py --before REV [--after REV] [--system dyn_stgcd] [--batches 8] [--repeats 2]
-      [--rounds 2] [--workdir work/decoder-cost] [--arch-size multi30k] [--max-tokens 2048]
+      [--rounds 2] [--seconds S] [--workdir work/decoder-cost] [--arch-size multi30k] [--max-tokens 2048]
+  python bench/paired_step.py --baseline vanilla [--system dyn_stgcd] --seconds 120 ...
 
+--baseline SYSTEM: "before" is that system and "after" --system, both this working tree's code, on the same
+batches (so the ratio of their step times is the inverse of their ratio of train words/s, bench/dyn_stgcd_cost.py's
+figure). --seconds S: each child, after its warm-up pass, times passes over the batches until S seconds have gone
+(at least --repeats passes), so that two children of unequal speed load the machine alike for the whole round (the
+faster one would otherwise finish first and leave the slower one the machine to itself).
 Each version is a git worktree of its revision (--after: none = this working tree); each child process imports
 fairseq_syntax and bench/decoder_cost.py from its own tree, builds the system as bench/dyn_stgcd_cost.py does (the
 comparison's size, randomly initialised, 1 torch thread, seed 1), and times forward + backward of the syntax
-criterion on the same first --batches batches of bench/decoder_cost.py's plain data-bin: process CPU time, the
-minimum of --repeats after a warm-up pass, summed over the batches. The two children of a round start together, so
+criterion on the same first --batches batches of bench/decoder_cost.py's plain data-bin: process CPU time, each
+batch's minimum over the passes after a warm-up pass, summed over the batches (and beside it each batch's median:
+the ratio of the medians is printed too). The two children of a round start together, so
 both meet the same machine. Stop other work on the machine first (both cores are used).
 """
 import argparse
@@ -53,8 +61,18 @@ def child(args) -> None:
 
     for sample in samples:  # warm-up
         step(sample)
-    seconds = sum(min(step(sample) for _ in range(args.repeats)) for sample in samples)
-    print("RESULT " + json.dumps({"seconds": seconds, "module": fairseq_syntax.__file__}), flush=True)
+    passes, started = [], time.monotonic()
+    while len(passes) < args.repeats or time.monotonic() - started < args.seconds:
+        passes.append([step(sample) for sample in samples])
+    timed = time.monotonic() - started
+    seconds = sum(min(times) for times in zip(*passes))  # each batch's fastest pass
+    # and each batch's median pass (bench/dyn_stgcd_cost.py's estimator): a system whose passes vary more gains
+    # more from the minimum
+    median_seconds = sum(statistics.median(times) for times in zip(*passes))
+    print("RESULT " + json.dumps({"seconds": seconds, "median_seconds": median_seconds, "passes": len(passes),
+                                  "timed_seconds": timed,
+                                  "system": args.system,
+                                  "module": fairseq_syntax.__file__}), flush=True)
 
 
 def worktree(revision: str, parent: Path) -> Path:
@@ -67,11 +85,15 @@ def worktree(revision: str, parent: Path) -> Path:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", help="the revision to compare against (a commit, a branch, HEAD~1)")
+    parser.add_argument("--baseline", help="instead of --before: the system to compare --system against, both with "
+                                           "this working tree's code (e.g. vanilla)")
     parser.add_argument("--after", help="the revision measured against it (default: this working tree)")
     parser.add_argument("--system", default="dyn_stgcd", help="one of examples/multi30k/systems.py's systems")
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the cores swapped in each next one")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="time passes for at least this long in each child (after its warm-up)")
     parser.add_argument("--workdir", default="work/decoder-cost")
     parser.add_argument("--sentences", type=int, default=2000, help="the EWT train sentences of the data-bin")
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k"))
@@ -82,8 +104,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.tree:
         return child(args)
-    if not args.before:
-        parser.error("--before REV is required")
+    if bool(args.before) == bool(args.baseline):
+        parser.error("give one of --before REV (two versions) or --baseline SYSTEM (two systems)")
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         raise SystemExit("paired timing needs 2 cores")
@@ -94,16 +116,22 @@ def main(argv=None):
 
     workdir = Path(args.workdir).resolve()
     _, plain = make_data_bins(workdir, data_root(), args.sentences)
-    made = [worktree(args.before, workdir)] + ([worktree(args.after, workdir)] if args.after else [])
-    trees = {"before": made[0], "after": made[1] if args.after else REPO}
+    if args.baseline:
+        made, trees = [], {"before": REPO, "after": REPO}
+        systems = {"before": args.baseline, "after": args.system}
+    else:
+        made = [worktree(args.before, workdir)] + ([worktree(args.after, workdir)] if args.after else [])
+        trees = {"before": made[0], "after": made[1] if args.after else REPO}
+        systems = {"before": args.system, "after": args.system}
     rounds = []
     try:
         for round_index in range(args.rounds):
             placed = {"before": cores[round_index % 2], "after": cores[(round_index + 1) % 2]}
             running = {name: subprocess.Popen(
                 [sys.executable, __file__, "--tree", str(trees[name]), "--core", str(placed[name]), "--data-bin",
-                 str(plain), "--system", args.system, "--batches", str(args.batches), "--repeats", str(args.repeats),
-                 "--arch-size", args.arch_size, "--max-tokens", str(args.max_tokens)],
+                 str(plain), "--system", systems[name], "--batches", str(args.batches), "--repeats",
+                 str(args.repeats), "--seconds", str(args.seconds), "--arch-size", args.arch_size, "--max-tokens",
+                 str(args.max_tokens)],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in trees}
             measured = {"cores": placed}
             for name, process in running.items():
@@ -113,15 +141,24 @@ def main(argv=None):
                     raise SystemExit(f"the {name} child failed:\n{output[-3000:]}")
                 measured[name] = json.loads(lines[-1][7:])
             measured["ratio"] = measured["after"]["seconds"] / measured["before"]["seconds"]
+            measured["median_ratio"] = measured["after"]["median_seconds"] / measured["before"]["median_seconds"]
             rounds.append(measured)
-            print(f"round {round_index + 1} (before on core {placed['before']}, after on core {placed['after']}): "
-                  f"before {measured['before']['seconds']:.3f} s, after {measured['after']['seconds']:.3f} s, "
-                  f"after / before {measured['ratio']:.3f}", flush=True)
+            print(f"round {round_index + 1} (before = {systems['before']} on core {placed['before']}, after = "
+                  f"{systems['after']} on core {placed['after']}): before {measured['before']['seconds']:.3f} s "
+                  f"({measured['before']['passes']} passes), after {measured['after']['seconds']:.3f} s "
+                  f"({measured['after']['passes']} passes), after / before {measured['ratio']:.3f} (of the medians: "
+                  f"{measured['median_ratio']:.3f})", flush=True)
     finally:
         for path in made:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], capture_output=True)
     ratio = statistics.median(r["ratio"] for r in rounds)
-    print(f"{args.system}: after / before step time {ratio:.3f} (median of {len(rounds)} rounds)")
+    median_ratio = statistics.median(r["median_ratio"] for r in rounds)
+    if args.baseline:
+        print(f"{args.system} / {args.baseline}: step time {ratio:.3f}, train words/s {1 / ratio:.3f}x; of the "
+              f"median passes {median_ratio:.3f}, {1 / median_ratio:.3f}x (medians of {len(rounds)} rounds)")
+    else:
+        print(f"{args.system}: after / before step time {ratio:.3f}, of the median passes {median_ratio:.3f} "
+              f"(medians of {len(rounds)} rounds)")
     return rounds
 
 

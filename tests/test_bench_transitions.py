@@ -179,3 +179,26 @@ def test_paired_step_times_each_tree_with_its_own_code_on_swapped_cores(data_roo
         assert measured["ratio"] == pytest.approx(measured["after"]["seconds"] / measured["before"]["seconds"])
     listed = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in listed
+
+
+def test_paired_step_times_two_systems_for_the_same_wall_time(data_root, tmp_path):
+    """bench/paired_step.py --baseline: the two children run two systems with this tree's code, and each keeps
+    timing passes until --seconds have gone, so the faster one does not leave the machine to the slower one."""
+    import os
+
+    import paired_step
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("paired timing needs 2 cores")
+    repo = Path(paired_step.__file__).resolve().parent.parent
+    rounds = paired_step.main(["--baseline", "vanilla", "--system", "dyn_stgcd", "--seconds", "4", "--workdir",
+                               str(tmp_path), "--sentences", "120", "--batches", "1", "--repeats", "1", "--rounds", "1",
+                               "--arch-size", "tiny", "--max-tokens", "400"])
+    (measured,) = rounds
+    assert (measured["before"]["system"], measured["after"]["system"]) == ("vanilla", "dyn_stgcd")
+    for name in ("before", "after"):
+        assert Path(measured[name]["module"]).parent.parent == repo
+        assert measured[name]["timed_seconds"] >= 4 and measured[name]["passes"] >= 1
+    assert measured["ratio"] == pytest.approx(measured["after"]["seconds"] / measured["before"]["seconds"])
+    with pytest.raises(SystemExit):
+        paired_step.main(["--baseline", "vanilla", "--before", "HEAD"])
