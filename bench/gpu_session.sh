@@ -13,12 +13,16 @@
 # On the device (run with carry [".gpu"]):
 #   bash bench/gpu_session.sh SECONDS PROFILE SYSTEMS SEEDS JOBS PRECISION "PYTEST -k EXPRESSION"
 # (PRECISION: fp32, fp16 or bf16; each training job has one CPU thread: on the GPU it only feeds the kernels)
+# A comparison longer than one command (the 10-minute limit; e.g. the full ldd-multi30k profile): give
+# GPU_WORK=work/compare-gpu to both calls. The work then lies in an ignored folder of the working tree, which the warm
+# machine keeps between calls (the next call must come before its idle release, ~30 s); the second call's compare.py
+# resumes every unfinished training from its checkpoint_last.pt. Without it the work is in /tmp/compare-gpu.
 set -uo pipefail
 seconds=${1:?seconds for the comparison}; profile=${2:?profile}; systems=${3:?systems}; seeds=${4:?seeds}
 jobs=${5:-4}; precision=${6:-fp32}; tests=${7:-}
 cd "$(dirname "$0")/.."
 source .gpu/setup.sh > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
-work=/tmp/compare-gpu
+work=$(realpath -m "${GPU_WORK:-/tmp/compare-gpu}")
 mkdir -p "$work/data"
 if [ -f .gpu/data-bins.tar.xz ]; then
   tar -xJf .gpu/data-bins.tar.xz -C "$work/data"
