@@ -240,6 +240,22 @@ def test_validations_are_read_from_a_fairseq_log(tmp_path):
     assert best_validation(points, "loss")["loss"] == 6.5
 
 
+def test_train_speed_is_the_median_interval_so_a_stopped_run_keeps_its_speed(tmp_path):
+    """A run stopped for a while (the campaign's trainings are SIGSTOPped for benchmarks) logs a few slow intervals:
+    the speed recorded is the median of the logged intervals, which they do not move (a mean of these five would be
+    176.3). The lines are fairseq's train_inner format, from a run of this project stopped twice."""
+    line = ("2026-11-27 04:27:19 | INFO | train_inner | epoch 001:    {u} / 231 loss=6.754, nll_loss=5.799, "
+            "ppl=55.68, wps={wps}, ups=0.22, wpb=505.3, bsz=126.3, num_updates={u}, lr=0.0005, gnorm=2.2, "
+            "train_wall=462, wall=464\n")
+    log = tmp_path / "train.log"
+    log.write_text("".join(line.format(u=100 * (i + 1), wps=wps)
+                           for i, wps in enumerate((240.3, 16.8, 244.2, 27.7, 352.5))))
+    assert compare.train_speed(log) == 240.3
+    (tmp_path / "epochs.log").write_text(
+        "2026-11-27 05:20:00 | INFO | train | epoch 001 | loss 6.9 | wps 210.5 | ups 0.4 | num_updates 231\n")
+    assert compare.train_speed(tmp_path / "epochs.log") == 210.5  # no train_inner lines: the epochs' own
+
+
 def test_valid_bleu_scores_decoded_text(small_spacy_bin):
     """--eval-bleu decodes with the data-bin's sentencepiece model: a valid target comes back as its reference."""
     from fairseq import options, tasks
@@ -361,6 +377,7 @@ def check_results_files(root, profile_path, out):
             assert (training["target_word_share"] < 0.8) == (system == "linearized")
             assert training["target_words_per_second"] == pytest.approx(
                 training["target_tokens_per_second"] * training["target_word_share"], abs=0.1)
+            assert training["speed_estimate"] == compare.SPEED_ESTIMATE
             if system == "linearized":
                 assert record["test"]["trees"]["uas"] == pytest.approx(evaluated["systems"][system]["trees"]["uas"])
     runs, references, problems = results_store.load_runs(root, "tiny", profile.budget_record())

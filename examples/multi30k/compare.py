@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import mean, median, stdev
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -453,6 +453,7 @@ class Comparison:
                          "target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
                          "target_words_per_second": (round(tokens_per_second * word_share, 1)
                                                      if tokens_per_second is not None else None),
+                         "speed_estimate": SPEED_ESTIMATE,
                          **self.own_budget_record(data_bin.name, system)},
             "curves": curves, "test": test,
         }
@@ -680,13 +681,18 @@ def training_facts(train_log: Path):
     return parameters.group(1) if parameters else "?", updates[-1] if updates else "?"
 
 
+SPEED_ESTIMATE = "median of the logged intervals"
+
+
 def train_speed(train_log: Path) -> Optional[float]:
-    """Mean of the target tokens per second (fairseq's wps) that the run's train_inner lines logged (every
-    --log-interval updates), else of its end-of-epoch train lines."""
+    """Median of the target tokens per second (fairseq's wps) that the run's train_inner lines logged (every
+    --log-interval updates, each over its own interval), else of its end-of-epoch train lines. The median, not
+    the mean: a run stopped for a while (SIGSTOP for a benchmark, a suspended machine) slows the few intervals the
+    stop fell in, which would pull a mean down to a speed the run never had."""
     text = train_log.read_text(errors="replace")
     values = [float(v) for v in re.findall(r"train_inner .*?wps=([0-9.]+)", text)]
     values = values or [float(v) for v in re.findall(r"\| train \|.*?\| wps ([0-9.]+)", text)]
-    return round(mean(values), 1) if values else None
+    return round(median(values), 1) if values else None
 
 
 def code_version() -> Dict[str, object]:

@@ -202,9 +202,13 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
         # 2026-11-27 and not given one since) leaves the cell "?" rather than mixing in tokens/s
         speeds = [t.get("target_words_per_second") for t in training]
         speeds = speeds if all(speeds) else []
-        # a speed is a figure of the machine and of how many runs shared it: seeds trained under different
-        # settings (8 jobs on one GPU, then 4) are listed one by one, not averaged into a speed no run had
-        settings = {machine_text(by_seed[seed].record["machine"]) for seed in entry["seeds"]}
+        # a speed is a figure of the machine, of how many runs shared it and of how the run's log was read: seeds
+        # trained under different settings (8 jobs on one GPU, then 4) or read differently (records before
+        # 2026-11-27 averaged the logged intervals, later ones take their median) are listed one by one, not
+        # averaged into a speed no run had
+        settings = {(machine_text(by_seed[seed].record["machine"]),
+                     by_seed[seed].record["training"].get("speed_estimate", "mean of the logged intervals"))
+                    for seed in entry["seeds"]}
         if not speeds:
             speed_text = "?"
         elif len(settings) == 1:
