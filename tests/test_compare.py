@@ -256,6 +256,42 @@ def test_train_speed_is_the_median_interval_so_a_stopped_run_keeps_its_speed(tmp
     assert compare.train_speed(tmp_path / "epochs.log") == 210.5  # no train_inner lines: the epochs' own
 
 
+def test_speeds_of_earlier_records_are_read_again_from_their_logs(tmp_path):
+    """results_store.py --reread-speeds OUT: a committed record written with the earlier reading (the mean of the
+    intervals) gets the median of its run's train log in OUT; a record whose log is not there keeps its speed."""
+    import shutil
+
+    import results_store
+
+    records = sorted((results_store.RESULTS / "cpu").glob("*/*/seed*.json"))
+    if len(records) < 2:
+        pytest.skip("fewer than two committed runs of the cpu profile")
+    root = tmp_path / "results"
+    copies = []
+    for source in records[:2]:
+        target = root / source.relative_to(results_store.RESULTS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
+        record = json.loads(target.read_text())
+        record["training"].pop("speed_estimate", None)
+        target.write_text(json.dumps(record))
+        copies.append(record)
+    logged = copies[0]
+    log = tmp_path / "out" / "systems" / logged["data_bin"] / logged["system"] / f"seed{logged['seed']}" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"2026-11-27 04:27:19 | INFO | train_inner | epoch 001:    {u} / 231 loss=6.7, wps={wps}, "
+                           f"ups=0.22, num_updates={u}, lr=0.0005\n" for u, wps in ((100, 300.0), (200, 20.0),
+                                                                                      (300, 310.0))))
+    changed = results_store.reread_speeds(root, "cpu", tmp_path / "out")
+    assert len(changed) == 1
+    first, second = (json.loads((root / p.relative_to(results_store.RESULTS)).read_text()) for p in records[:2])
+    assert first["training"]["target_tokens_per_second"] == 300.0
+    assert first["training"]["target_words_per_second"] == round(300.0 * logged["training"]["target_word_share"], 1)
+    assert first["training"]["speed_estimate"] == compare.SPEED_ESTIMATE
+    assert second["training"] == copies[1]["training"]
+    assert results_store.reread_speeds(root, "cpu", tmp_path / "out") == []  # read with the current estimate
+
+
 def test_valid_bleu_scores_decoded_text(small_spacy_bin):
     """--eval-bleu decodes with the data-bin's sentencepiece model: a valid target comes back as its reference."""
     from fairseq import options, tasks

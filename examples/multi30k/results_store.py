@@ -321,6 +321,30 @@ def section(path: Path, profile: str) -> Optional[str]:
     return match.group(1) if match else None
 
 
+def reread_speeds(root: Path, profile: str, out: Path) -> List[str]:
+    """Re-read the train speed of the profile's records whose train log is still in `out` (the compare.py --out
+    folder that trained them) with compare.py's current reading of the log (its SPEED_ESTIMATE), for records written
+    with an earlier one. Returns what changed, one line per record."""
+    from compare import SPEED_ESTIMATE, train_speed
+
+    changed = []
+    for path in sorted((Path(root) / profile).glob("*/*/seed*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        training = record["training"]
+        log = Path(out) / "systems" / record["data_bin"] / record["system"] / f"seed{record['seed']}" / "train.log"
+        if training.get("speed_estimate") == SPEED_ESTIMATE or not log.exists():
+            continue
+        tokens = train_speed(log)
+        if tokens is None:
+            continue
+        before = training.get("target_words_per_second")
+        training.update(target_tokens_per_second=tokens, speed_estimate=SPEED_ESTIMATE,
+                        target_words_per_second=round(tokens * training["target_word_share"], 1))
+        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        changed.append(f"{path}: train target words/s {before} -> {training['target_words_per_second']}")
+    return changed
+
+
 def main(argv=None):
     from profiles import load_profile
     from systems import MULTI30K_SYSTEMS
@@ -331,8 +355,14 @@ def main(argv=None):
     parser.add_argument("--readme", help="a file with the profile's markers to update (e.g. README.md)")
     parser.add_argument("--results-doc", help="another such file (e.g. docs/results.md)")
     parser.add_argument("--no-plots", action="store_true", help="the tables only")
+    parser.add_argument("--reread-speeds", metavar="OUT",
+                        help="first re-read the train speed of records written with an earlier reading of the train "
+                             "log, from the train logs in OUT (the compare.py --out folder of their runs)")
     args = parser.parse_args(argv)
     profile = load_profile(args.profile, list(MULTI30K_SYSTEMS))
+    if args.reread_speeds:
+        for line in reread_speeds(Path(args.results), profile.name, Path(args.reread_speeds)):
+            print(line, file=sys.stderr)
     text = profile_report(Path(args.results), profile.name, list(MULTI30K_SYSTEMS), profile.budget_record(),
                           plots=not args.no_plots)
     for target in (args.readme, args.results_doc):
