@@ -450,10 +450,7 @@ class Comparison:
                                                     "resumed") if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
-                         "target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
-                         "target_words_per_second": (round(tokens_per_second * word_share, 1)
-                                                     if tokens_per_second is not None else None),
-                         "speed_estimate": SPEED_ESTIMATE,
+                         **speed_record(tokens_per_second, word_share),
                          **self.own_budget_record(data_bin.name, system)},
             "curves": curves, "test": test,
         }
@@ -682,6 +679,15 @@ def training_facts(train_log: Path):
 
 
 SPEED_ESTIMATE = "median of the logged intervals"
+
+
+def speed_record(tokens_per_second: Optional[float], word_share: float) -> Dict[str, object]:
+    """A run record's speed fields: fairseq's target tokens/s as train_speed reads the log, and the words/s they
+    make (a transition target's arcs and marks left out), with the reading named."""
+    return {"target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
+            "target_words_per_second": (round(tokens_per_second * word_share, 1)
+                                        if tokens_per_second is not None else None),
+            "speed_estimate": SPEED_ESTIMATE}
 
 
 def train_speed(train_log: Path) -> Optional[float]:

@@ -90,10 +90,15 @@ def write_run(root: Path, record: Dict, hypotheses: List[str], references: List[
     missing = [key for key in RECORD_KEYS if key not in record]
     if missing:
         raise ValueError(f"a run record needs {missing}")
+    write_record(record_path, record)
+    return record_path
+
+
+def write_record(record_path: Path, record: Dict):
+    """Through a temporary file: a record that exists is complete."""
     partial = record_path.with_suffix(".json.tmp")
     partial.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     partial.replace(record_path)
-    return record_path
 
 
 # ---- reading ---------------------------------------------------------------------------------------------------
@@ -161,6 +166,9 @@ def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
 
 # ---- the tables ------------------------------------------------------------------------------------------------
 
+EARLIER_SPEED_ESTIMATE = "mean of the logged intervals"  # what records without a speed_estimate hold
+
+
 def summarize_bin(systems: Dict[str, Dict[int, Run]], references: List[str], baseline: str = BASELINE):
     """Per seed, the evaluator's scores of every system that has that seed (paired bootstrap against the
     baseline's run of the same seed, when there is one); then mean ± sd over seeds and Welch's test."""
@@ -207,7 +215,7 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
         # 2026-11-27 averaged the logged intervals, later ones take their median) are listed one by one, not
         # averaged into a speed no run had
         settings = {(machine_text(by_seed[seed].record["machine"]),
-                     by_seed[seed].record["training"].get("speed_estimate", "mean of the logged intervals"))
+                     by_seed[seed].record["training"].get("speed_estimate", EARLIER_SPEED_ESTIMATE))
                     for seed in entry["seeds"]}
         if not speeds:
             speed_text = "?"
@@ -325,7 +333,7 @@ def reread_speeds(root: Path, profile: str, out: Path) -> List[str]:
     """Re-read the train speed of the profile's records whose train log is still in `out` (the compare.py --out
     folder that trained them) with compare.py's current reading of the log (its SPEED_ESTIMATE), for records written
     with an earlier one. Returns what changed, one line per record."""
-    from compare import SPEED_ESTIMATE, train_speed
+    from compare import SPEED_ESTIMATE, speed_record, train_speed
 
     changed = []
     for path in sorted((Path(root) / profile).glob("*/*/seed*.json")):
@@ -338,9 +346,8 @@ def reread_speeds(root: Path, profile: str, out: Path) -> List[str]:
         if tokens is None:
             continue
         before = training.get("target_words_per_second")
-        training.update(target_tokens_per_second=tokens, speed_estimate=SPEED_ESTIMATE,
-                        target_words_per_second=round(tokens * training["target_word_share"], 1))
-        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        training.update(speed_record(tokens, training["target_word_share"]))
+        write_record(path, record)
         changed.append(f"{path}: train target words/s {before} -> {training['target_words_per_second']}")
     return changed
 
