@@ -32,6 +32,20 @@ def test_every_shipped_profile_loads(name):
     assert profile.systems and profile.seeds and profile.bins
 
 
+def test_only_the_profiles_first_seed_translates_the_challenge_sets():
+    """A campaign trains one seed per invocation (`--seeds 2`): the challenge sets stay with the profile's first seed
+    instead of following the invocation's first (~40 min per target-side system on this machine)."""
+    import argparse
+
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    assert profile.seeds == [1, 2, 3] and profile.challenge_per_set > 0
+    arguments = dict(systems=None, data_bins=None, max_update=None, max_epoch=None, minutes=None,
+                     validate_every=None, challenge_per_set=None)
+    later = compare.apply_overrides(profile, argparse.Namespace(**arguments, seeds="2"))
+    assert later.seeds == [2] and compare.challenge_seed(later, later.seeds) is None
+    assert compare.challenge_seed(later, [3, 1]) == 1
+
+
 def test_ldd_profile_commands_have_the_papers_settings(tmp_path):
     profile = load_profile("ldd-multi30k", list(MULTI30K_SYSTEMS))
     settings = compare.Settings(tmp_path)
@@ -264,7 +278,7 @@ def test_speeds_of_earlier_records_are_read_again_from_their_logs(tmp_path):
 
     import results_store
 
-    records = sorted((results_store.RESULTS / "cpu").glob("*/*/seed*.json"))
+    records = results_store.run_files(results_store.RESULTS / "cpu", ".json")
     if len(records) < 2:
         pytest.skip("fewer than two committed runs of the cpu profile")
     root = tmp_path / "results"
@@ -527,10 +541,10 @@ def test_runs_of_another_precision_get_a_table_of_their_own(tmp_path):
 
     profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
     source = results_store.RESULTS / profile.name
-    if not any(source.glob("*/vanilla/seed*.json")):
+    if not any(path.parent.name == "vanilla" for path in results_store.run_files(source, ".json")):
         pytest.skip("no committed runs of the ldd-multi30k-reduced profile")
     shutil.copytree(source, tmp_path / profile.name)
-    records = sorted((tmp_path / profile.name).glob("*/ldd/seed*.json"))
+    records = [path for path in results_store.run_files(tmp_path / profile.name, ".json") if path.parent.name == "ldd"]
     relabelled = json.loads(records[0].read_text())
     assert relabelled["machine"]["precision"] == "fp16"
     relabelled["machine"]["precision"] = None  # float32, as compare.py records it
@@ -561,10 +575,10 @@ def test_speeds_of_runs_on_different_settings_are_not_averaged(tmp_path):
 
     profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
     source = results_store.RESULTS / profile.name
-    if len(list(source.glob("*/ldd/seed*.json"))) < 2:
+    if len([path for path in results_store.run_files(source, ".json") if path.parent.name == "ldd"]) < 2:
         pytest.skip("fewer than two committed runs of ldd in the ldd-multi30k-reduced profile")
     shutil.copytree(source, tmp_path / profile.name)
-    records = sorted((tmp_path / profile.name).glob("*/*/seed*.json"))
+    records = results_store.run_files(tmp_path / profile.name, ".json")
     for path in records:
         record = json.loads(path.read_text())
         record["machine"]["jobs"] = 8
@@ -576,7 +590,7 @@ def test_speeds_of_runs_on_different_settings_are_not_averaged(tmp_path):
         row = next(line for line in report.splitlines() if line.startswith("| ldd |"))
         return row.rstrip(" |").split(" | ")[-1]
 
-    ldd = sorted((tmp_path / profile.name).glob("*/ldd/seed*.json"))
+    ldd = [path for path in results_store.run_files(tmp_path / profile.name, ".json") if path.parent.name == "ldd"]
     speeds = [json.loads(path.read_text())["training"]["target_words_per_second"] for path in ldd]
     assert ldd_speed_cell() == f"{sum(speeds) / len(speeds):,.0f}"
     other = json.loads(ldd[-1].read_text())

@@ -20,7 +20,8 @@ data-bin's target_transitions_parser (the target language's parser); its test tr
 generated trees (--trees-out), which that parser parses again over the same words (fairseq-syntax-evaluate
 parse-trees), so the evaluator reports their UAS/LAS beside its BLEU (its hypotheses are scored on plain text
 against the shared references like every other system's). With challenge_per_set > 0, Choshen & Abend's
-challenge sets of the data-bin's direction are translated by the first seed's systems and scored per set.
+challenge sets of the data-bin's direction are translated by the runs of the profile's first seed (whichever
+--seeds an invocation gives: `--seeds 2` alone translates none) and scored per set.
 
 --device cuda runs everything on the GPU (--fp16 / --bf16 for half precision training and generation), --jobs N
 trains and translates N systems at once (on CPU each gets cores/N threads; two 1-thread trainings on 2 cores do
@@ -591,7 +592,8 @@ class Comparison:
             plot_learning_curves(curves, results / f"curves.{metric}.png", metric,
                                  title=f"{data_bin.name}: valid {'BLEU' if metric == 'bleu' else 'loss'} against "
                                        f"updates ({self.profile.name}; mean over seeds, band: min-max)")
-        challenge = self.challenge(data_bin, shared, bins_of, systems, seeds[0])
+        seed = challenge_seed(self.profile, seeds)
+        challenge = self.challenge(data_bin, shared, bins_of, systems, seed) if seed is not None else None
         return {"per_seed": per_seed, "summary": summarize_seeds(per_seed, baseline), "baseline": baseline,
                 "curves": curves, "challenge": challenge, "trees": summarize_trees(per_seed, systems),
                 "tree_parser": data_bin.transitions_parser}
@@ -654,6 +656,12 @@ class Comparison:
         }
         results_store.write_challenge_run(root, record, hypotheses)
         log(f"challenge results of {data_bin.name}/{system}/seed{seed} written to {root}")
+
+
+def challenge_seed(profile: Profile, seeds: List[int]) -> Optional[int]:
+    """The seed whose runs translate the challenge sets in an invocation training `seeds`: the profile's first seed,
+    if this invocation trains it and the profile has challenge sets; else None."""
+    return profile.challenge_seed if profile.challenge_per_set > 0 and profile.challenge_seed in seeds else None
 
 
 def require_same_lines(own: Path, shared: Path, split: str):
@@ -854,11 +862,12 @@ def report(comparison: Comparison, results: Dict[str, dict], systems: List[str],
                  + "\n".join(trees) + "\n")
     challenge = {name: r["challenge"] for name, r in results.items() if r["challenge"]}
     if challenge:
-        text += (f"\nChoshen & Abend (2019) challenge sets (seed {seeds[0]}), at most {profile.challenge_per_set} "
-                 "pairs per set (seeded sample; pairs: translated), lines over 250 subword pieces count as empty "
-                 "translations; † Moses-tokenized; * p < 0.05, paired bootstrap against vanilla. Per-set details "
-                 "and signatures: results/<data-bin>/challenge/\n\n" + "\n".join(challenge_table(challenge, systems))
-                 + "\n")
+        text += (f"\nChoshen & Abend (2019) challenge sets (seed {profile.challenge_seed}), at most "
+                 f"{profile.challenge_per_set} pairs per set (seeded sample; pairs: translated), lines over 250 "
+                 "subword pieces count as empty translations; † Moses-tokenized; * p < 0.05, paired bootstrap "
+                 f"against {next(iter(challenge.values()))['baseline']}. Per-set details and signatures: "
+                 "results/<data-bin>/challenge/\n\n"
+                 + "\n".join(challenge_table(challenge, systems)) + "\n")
     return text
 
 

@@ -81,6 +81,9 @@ class Profile:
     systems: List[str]
     seeds: List[int]
     challenge_per_set: int
+    # the seed whose runs translate the challenge sets: the profile's first, whichever --seeds an invocation gives
+    # (a campaign trains one seed per invocation; the sets take ~40 min per target-side system here)
+    challenge_seed: int = 1
     extra: Dict[str, object] = field(default_factory=dict)
 
     @property
@@ -190,7 +193,7 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
         validate_every=int(budget.get("validate_every", 0)), checkpoint=checkpoint,
         valid_bleu_args=dict(table("validation").get("bleu_args", {"beam": 1})),
         beam=int(table("generation").get("beam", 5)), systems=systems, seeds=seeds,
-        challenge_per_set=int(run.get("challenge_per_set", 0)))
+        challenge_per_set=int(run.get("challenge_per_set", 0)), challenge_seed=seeds[0])
 
 
 def option_list(options: Dict[str, OptionValue]) -> List[str]:
