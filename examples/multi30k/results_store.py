@@ -108,12 +108,18 @@ def write_run(root: Path, record: Dict, hypotheses: List[str], references: List[
     record_path, translations = run_paths(root, record["profile"], record["data_bin"], record["system"],
                                           record["seed"])
     store_references(root, record["profile"], record["data_bin"], references)
+    return write_with_translations(record_path, translations, record, hypotheses, RECORD_KEYS)
+
+
+def write_with_translations(record_path: Path, translations: Path, record: Dict, hypotheses: List[str],
+                            keys: Tuple[str, ...]) -> Path:
+    """The translations, then the record that names them with their hash (`keys`: what it must hold)."""
     record = dict(record, format=FORMAT,
                   translations={"file": translations.name, "sentences": len(hypotheses),
                                 "sha256": write_gzip_lines(translations, hypotheses)})
-    missing = [key for key in RECORD_KEYS if key not in record]
+    missing = [key for key in keys if key not in record]
     if missing:
-        raise ValueError(f"a run record needs {missing}")
+        raise ValueError(f"{record_path.name} needs {missing}")
     write_record(record_path, record)
     return record_path
 
@@ -138,14 +144,7 @@ def write_challenge_run(root: Path, record: Dict, hypotheses: List[str]) -> Path
                                                 record["seed"])
     if len(hypotheses) != record["export"]["sentences"]:
         raise ValueError(f"{len(hypotheses)} challenge translations for {record['export']['sentences']} pairs")
-    record = dict(record, format=FORMAT,
-                  translations={"file": translations.name, "sentences": len(hypotheses),
-                                "sha256": write_gzip_lines(translations, hypotheses)})
-    missing = [key for key in CHALLENGE_KEYS if key not in record]
-    if missing:
-        raise ValueError(f"a challenge record needs {missing}")
-    write_record(record_path, record)
-    return record_path
+    return write_with_translations(record_path, translations, record, hypotheses, CHALLENGE_KEYS)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------------
@@ -192,6 +191,19 @@ def read_record(path: Path, root: Path, keys: Tuple[str, ...]) -> Tuple[Optional
     return record, None
 
 
+def read_files(path: Path, root: Path, keys: Tuple[str, ...], refuse) -> Tuple[Optional[Dict], Optional[List[str]],
+                                                                               Optional[str]]:
+    """(record, translations, None) or (None, None, why they cannot be used): read_record's reasons, then
+    `refuse(record)`'s (a reason or None), then recorded_translations'."""
+    record, problem = read_record(path, root, keys)
+    if problem:
+        return None, None, problem
+    hypotheses, problem = None, refuse(record)
+    if not problem:
+        hypotheses, problem = recorded_translations(path, record)
+    return (None, None, f"{path.relative_to(root)}: {problem}") if problem else (record, hypotheses, None)
+
+
 def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
     """Every complete run of the profile: ({data-bin: {system: {seed: Run}}}, {data-bin: references}, problems).
     A problem is a run left out, with the reason: an unreadable or incomplete record, a missing or altered
@@ -206,16 +218,11 @@ def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
         problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
     for path in run_files(folder, ".json"):
         name = path.relative_to(root)
-        record, problem = read_record(path, root, RECORD_KEYS)
+        record, hypotheses, problem = read_files(
+            path, root, RECORD_KEYS, lambda record: f"made at budget {record['budget']}, the profile's is {budget}"
+            if budget is not None and record["budget"] != budget else None)
         if problem:
             problems.append(problem)
-            continue
-        if budget is not None and record["budget"] != budget:
-            problems.append(f"{name}: made at budget {record['budget']}, the profile's is {budget}")
-            continue
-        hypotheses, problem = recorded_translations(path, record)
-        if problem:
-            problems.append(f"{name}: {problem}")
             continue
         data_bin = record["data_bin"]
         if data_bin not in references:
@@ -241,19 +248,14 @@ def load_challenges(root: Path, profile: str, runs: Dict[str, Dict[str, Dict[int
     for partial in sorted(folder.glob("*/*/seed*.challenge.json.tmp")):
         problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
     for path in sorted(folder.glob("*/*/seed*.challenge.json")):
-        name = path.relative_to(root)
-        record, problem = read_record(path, root, CHALLENGE_KEYS)
+        record, hypotheses, problem = read_files(
+            path, root, CHALLENGE_KEYS, lambda record: f"its run ({record['system']}/seed{record['seed']}.json) is "
+            "not in the table" if int(record["seed"]) not in runs.get(record["data_bin"], {}).get(record["system"], {})
+            else None)
         if problem:
             problems.append(problem)
             continue
         data_bin, system, seed = record["data_bin"], record["system"], int(record["seed"])
-        if seed not in runs.get(data_bin, {}).get(system, {}):
-            problems.append(f"{name}: its run ({system}/seed{seed}.json) is not in the table")
-            continue
-        hypotheses, problem = recorded_translations(path, record)
-        if problem:
-            problems.append(f"{name}: {problem}")
-            continue
         challenges.setdefault(data_bin, {}).setdefault(system, {})[seed] = Run(record, hypotheses)
     for data_bin, systems in challenges.items():  # one export per table: the one most runs translated
         exports = [json.dumps(run.record["export"], sort_keys=True) for by_seed in systems.values()
