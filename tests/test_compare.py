@@ -511,6 +511,20 @@ def check_challenge_files(root, out, report):
                 assert text.endswith(" *") == marks[row["name"], system, key]
                 assert float(text.rstrip(" *")) == pytest.approx(row["systems"][system][key]["score"], abs=0.006)
 
+    # a run that translated other pairs (here: another sample size) is not put in the same table
+    import shutil
+
+    other = root.parent / "other-export"
+    shutil.copytree(root, other)
+    record_path = results_store.challenge_paths(other, "tiny", "en-de.tiny", "pascal", 1)[0]
+    record = json.loads(record_path.read_text())
+    record["export"]["max_per_set"] = 3
+    record_path.write_text(json.dumps(record))
+    runs, _, _ = results_store.load_runs(other, "tiny")
+    challenges, problems = results_store.load_challenges(other, "tiny", runs)
+    assert sorted(challenges["en-de.tiny"]) == ["linearized", "vanilla"] and len(problems) == 1
+    assert "pascal/seed1.challenge.json: other challenge pairs" in problems[0]
+
 
 def test_readme_results_tables_are_the_committed_results_files():
     """Each `<!-- results:PROFILE -->` section of README.md and docs/results.md is what

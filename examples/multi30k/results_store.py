@@ -264,8 +264,12 @@ def load_challenges(root: Path, profile: str, runs: Dict[str, Dict[str, Dict[int
         for system, by_seed in systems.items():
             for seed in [seed for seed, run in by_seed.items()
                          if json.dumps(run.record["export"], sort_keys=True) != common]:
+                export = by_seed.pop(seed).record["export"]
                 problems.append(f"{profile}/{data_bin}/{system}/seed{seed}.challenge.json: other challenge pairs "
-                                f"than the data-bin's other runs translated ({by_seed.pop(seed).record['export']})")
+                                f"than the data-bin's other runs translated ({export['sentences']} pairs, references "
+                                f"sha256 {export['references_sha256'][:12]})")
+        for system in [system for system, by_seed in systems.items() if not by_seed]:
+            del systems[system]
     return challenges, problems
 
 
