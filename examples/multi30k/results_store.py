@@ -17,12 +17,13 @@ challenge_per_set; the first seed). A campaign spans many sessions: each adds ru
 reads every file of the profile and writes the table (mean ± sd over seeds, Welch's test over seeds and each
 seed's paired bootstrap against the baseline of the same seed, parameters, train speed, kept update), the
 generated-trees table, the challenge-set table (each set's BLEU / chrF++, paired bootstrap against
-vanilla's translations of the same seed where they are on record), the learning curves of each data-bin
-(results/<profile>/<data-bin>/curves.{bleu,loss}.png), and the sections between `<!-- results:<profile> begin -->`
-and `<!-- results:<profile> end -->` markers of the files given. A run whose files are missing, half-written, made
-at another budget or that disagree with their hash is listed under "Left out" and never averaged in. Runs of one
-data-bin trained in different precisions (fp16, bf16, float32: the machine record's) get a table each, never one
-mean.
+vanilla's translations of the same seed where they are on record), what the profile still has to run (its
+systems x seeds without a complete record, first-seed runs without challenge scores), the learning curves of each
+data-bin (results/<profile>/<data-bin>/curves.{bleu,loss}.png), and the sections between
+`<!-- results:<profile> begin -->` and `<!-- results:<profile> end -->` markers of the files given. A run whose
+files are missing, half-written, made at another budget or that disagree with their hash is listed under "Left out"
+and never averaged in. Runs of one data-bin trained in different precisions (fp16, bf16, float32: the machine
+record's) get a table each, never one mean.
 """
 import argparse
 import gzip
@@ -30,9 +31,10 @@ import hashlib
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -433,10 +435,66 @@ def machine_text(machine: Dict) -> str:
     return f"{machine['name']}{shown}, {machine['jobs']} job(s) of {machine['threads']} thread(s)"
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What a profile asks to run: its data-bins, systems and seeds, and the seed whose runs translate the
+    challenge sets (None: the profile translates none)."""
+    data_bins: Tuple[str, ...]
+    systems: Tuple[str, ...]
+    seeds: Tuple[int, ...]
+    challenge_seed: Optional[int] = None
+
+    @classmethod
+    def of(cls, profile) -> "RunPlan":
+        return cls(tuple(data_bin.name for data_bin in profile.bins), tuple(profile.systems), tuple(profile.seeds),
+                   profile.challenge_seed if profile.challenge_per_set > 0 else None)
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """1, 2, 3 -> "1-3"; 1, 3 -> "1, 3"."""
+    seeds, parts = sorted(seeds), []
+    start = previous = None
+    for seed in seeds + [None]:
+        if previous is not None and seed == previous + 1:
+            previous = seed
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+        start = previous = seed
+    return ", ".join(parts)
+
+
+def not_run_yet(plan: RunPlan, runs: Dict[str, Dict[str, Dict[int, "Run"]]],
+                challenges: Dict[str, Dict[str, Dict[int, "Run"]]]) -> List[str]:
+    """The plan's runs with no complete record (each data-bin: system seeds), and its challenge-seed runs that
+    are in the table without challenge scores: what a campaign still has to run, one line per data-bin."""
+    lines = []
+    for data_bin in plan.data_bins:
+        done = runs.get(data_bin, {})
+        missing = [(system, [seed for seed in plan.seeds if seed not in done.get(system, {})])
+                   for system in plan.systems]
+        missing = [(system, seeds) for system, seeds in missing if seeds]
+        parts = []
+        if len(missing) == len(plan.systems) and not done:
+            parts.append(f"no run yet ({len(plan.systems)} systems x seeds {seeds_text(plan.seeds)})")
+        elif missing:
+            parts.append("no complete record: "
+                         + ", ".join(f"{system} {seeds_text(seeds)}" for system, seeds in missing))
+        seed = plan.challenge_seed
+        if seed is not None:
+            untranslated = [system for system in plan.systems if seed in done.get(system, {})
+                            and seed not in challenges.get(data_bin, {}).get(system, {})]
+            if untranslated:
+                parts.append(f"challenge sets not translated (seed {seed}): {', '.join(untranslated)}")
+        if parts:
+            lines.append(f"- {data_bin}: " + "; ".join(parts))
+    return lines
+
+
 def profile_report(root: Path, profile: str, preferred: List[str], budget: Optional[Dict] = None,
-                   plots: bool = True) -> str:
+                   plots: bool = True, plan: Optional[RunPlan] = None) -> str:
     """The markdown of every data-bin of the profile's results (and, with `plots`, the learning curves beside
-    them)."""
+    them); with `plan`, the planned runs that have no complete record yet."""
     runs, references, problems = load_runs(root, profile, budget)
     challenges, challenge_problems = load_challenges(root, profile, runs)
     problems += challenge_problems
@@ -474,6 +532,10 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
         parts.append(f"Learning curves: `results/{profile}/{data_bin}/{stem}.bleu.png`, `{stem}.loss.png`.\n")
     if not runs:
         parts.append(f"No complete run of profile {profile} yet.\n")
+    remaining = not_run_yet(plan, runs, challenges) if plan is not None else []
+    if remaining:
+        parts.append(f"Still to run (the profile's systems x seeds {seeds_text(plan.seeds)}):\n\n"
+                     + "\n".join(remaining) + "\n")
     if problems:
         parts.append("Left out (not averaged in):\n\n" + "\n".join(f"- {p}" for p in problems) + "\n")
     return "\n".join(parts)
@@ -540,7 +602,7 @@ def main(argv=None):
         for line in reread_speeds(Path(args.results), profile.name, Path(args.reread_speeds)):
             print(line, file=sys.stderr)
     text = profile_report(Path(args.results), profile.name, list(MULTI30K_SYSTEMS), profile.budget_record(),
-                          plots=not args.no_plots)
+                          plots=not args.no_plots, plan=RunPlan.of(profile))
     for target in (args.readme, args.results_doc):
         if target and not replace_section(Path(target), profile.name, text):
             raise SystemExit(f"{target} has no <!-- results:{profile.name} begin/end --> markers")
