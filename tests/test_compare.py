@@ -278,7 +278,11 @@ def test_speeds_of_earlier_records_are_read_again_from_their_logs(tmp_path):
 
     import results_store
 
-    records = results_store.run_files(results_store.RESULTS / "cpu", ".json")
+    from systems import sampled_prefixes
+
+    # runs with a loss at every target position (a sampled-prefix run's reading needs its data-bin: below)
+    records = [path for path in results_store.run_files(results_store.RESULTS / "cpu", ".json")
+               if not sampled_prefixes(path.parent.name)]
     if len(records) < 2:
         pytest.skip("fewer than two committed runs of the cpu profile")
     root = tmp_path / "results"
@@ -696,14 +700,17 @@ def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path
     assert logged and int(logged[0]) == own, (trained.stdout + trained.stderr)[-3000:]
 
 
-def epoch_summary(command, save_dir):
-    """(wpb, num_updates) of fairseq-train's summary line of one epoch under `command` (a train_command)."""
+def epoch_summary(command, save_dir, speeds: bool = False):
+    """(wpb, num_updates) of fairseq-train's summary line of one epoch under `command` (a train_command); with
+    `speeds`, (wpb, num_updates, wps, ups)."""
     trained = subprocess.run([str(a) for a in command[:-2]] + ["--save-dir", str(save_dir), "--max-update", "0",
                              "--max-epoch", "1", "--no-save"], capture_output=True, text=True)
-    logged = re.findall(r"\| train \| epoch 001 \|.*\| wpb ([\d.]+) \|.*\| num_updates (\d+)",
-                        trained.stdout + trained.stderr)
-    assert logged, (trained.stdout + trained.stderr)[-3000:]
-    return float(logged[0][0]), int(logged[0][1])
+    text = trained.stdout + trained.stderr
+    logged = re.findall(r"\| train \| epoch 001 \|.*\| wps ([\d.]+) \| ups ([\d.]+) \| wpb ([\d.]+) \|.*"
+                        r"\| num_updates (\d+)", text)
+    assert logged, text[-3000:]
+    wps, ups, wpb, updates = logged[0]
+    return (float(wpb), int(updates), float(wps), float(ups)) if speeds else (float(wpb), int(updates))
 
 
 def test_equal_positions_budget_counts_the_positions_fairseq_trains(data_root, tmp_path):
@@ -737,8 +744,65 @@ def test_equal_positions_budget_counts_the_positions_fairseq_trains(data_root, t
     assert option_value(commands["linearized"], "--max-update") == "100"
     # fairseq-train's own count of one epoch: words per batch (the positions with a loss) times updates
     for system, expected in (("parent_k4_positions", sampled), ("linearized", every)):
-        words_per_batch, updates = epoch_summary(commands[system], tmp_path / system)
+        words_per_batch, updates, wps, ups = epoch_summary(commands[system], tmp_path / system, speeds=True)
         assert abs(words_per_batch * updates - expected) <= 0.05 * updates + 1e-6, system
+        # a run record's speed counts every target token of the batches per second, as Linearized's wps does: the
+        # sampled-prefix run's updates/s times its epoch's target tokens per update (fairseq's wps and ups meters
+        # start at slightly different moments, and ups is logged to 0.01: a few percent; counting only the
+        # positions with a loss would be 1/4 or less of it)
+        counted = compare.sampled_positions(commands[system], system)
+        assert (counted is None) == (system == "linearized")
+        record = compare.speed_record(wps, 1.0, counted)
+        assert record["target_tokens_per_second"] == pytest.approx(ups * every / updates, rel=0.05), system
+        if counted:
+            assert counted == {"prefixes": 4, "every": every, "sampled": sampled}
+            assert record["trained_positions_per_second"] == wps and record["positions_per_epoch"] == counted
+    check_reread_of_sampled_prefix_records(tmp_path, commands["parent_k4_positions"], every, sampled)
+
+
+def check_reread_of_sampled_prefix_records(tmp_path, command, every, sampled):
+    """results_store.py --reread-speeds: a committed record of a sampled-prefix run (parent_k4), written when its
+    speed counted only the positions with a loss, gets every target token of its batches per second, its epoch
+    counted on the data-bin its train command names (here the test's, relative to tmp_path as the campaign's are
+    to its repository)."""
+    import shlex
+    import shutil
+
+    import results_store
+
+    source = results_store.RESULTS / "cpu" / "en-de.spacy" / "parent_k4" / "seed1.json"
+    if not source.exists():
+        pytest.skip("no committed parent_k4 run of the cpu profile")
+    root = tmp_path / "results"
+    target = root / source.relative_to(results_store.RESULTS)
+    target.parent.mkdir(parents=True)
+    shutil.copy(source, target)
+    record = json.loads(target.read_text())
+    for key in ("positions_per_epoch", "trained_positions_per_second"):
+        record["training"].pop(key, None)
+    campaign = tmp_path / "campaign"  # the repository the run ran in: its commands' paths are relative to it
+    (campaign / "data-bins").mkdir(parents=True)
+    (campaign / "data-bins" / "transitions").symlink_to(command[1])
+    relative = [str(a) for a in command]
+    relative[1] = "data-bins/transitions"
+    record["commands"]["train"] = shlex.join(relative)
+    target.write_text(json.dumps(record))
+    out = campaign / "out"
+    log = out / "systems" / "en-de.spacy" / "parent_k4" / "seed1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"2026-11-27 04:27:19 | INFO | train_inner | epoch 001:    {u} / 231 loss=6.7, wps={wps}, "
+                           f"ups=0.5, num_updates={u}, lr=0.0005\n" for u, wps in ((100, 250.0), (200, 20.0),
+                                                                                    (300, 260.0))))
+    with pytest.raises(SystemExit, match="is under neither"):  # not under this folder nor above it
+        results_store.recorded_positions(target, record, tmp_path / "elsewhere" / "out")
+    [changed] = results_store.reread_speeds(root, "cpu", out)
+    training = json.loads(target.read_text())["training"]
+    assert training["trained_positions_per_second"] == 250.0
+    assert training["positions_per_epoch"] == {"prefixes": 4, "every": every, "sampled": sampled}
+    assert training["target_tokens_per_second"] == round(250.0 * every / sampled, 1)
+    assert training["target_words_per_second"] == round(training["target_tokens_per_second"]
+                                                         * training["target_word_share"], 1)
+    assert results_store.reread_speeds(root, "cpu", out) == []  # read with the current estimate
 
 
 def test_the_cpu_is_named_with_its_family_model_and_avx512(tmp_path):

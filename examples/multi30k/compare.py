@@ -430,13 +430,13 @@ class Comparison:
         # fairseq's wps counts a transition target's arcs and marks too: words/s is the same count for every system
         word_share = target_word_share(str(destdir), data_bin.src, data_bin.tgt)
         facts = self.runs.get(f"{data_bin.name}/{system}/seed{seed}", {})
+        trained = train_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, system, seed,
+                                work / "checkpoints", self.budget(data_bin.name, system))
         record = {
             "profile": self.profile.name, "data_bin": data_bin.name, "system": system, "seed": seed,
             "budget": self.profile.budget_record(),
             "commands": {
-                "train": portable_command(train_command(self.profile, self.settings, destdir, data_bin.src,
-                                                        data_bin.tgt, system, seed, work / "checkpoints",
-                                                        self.budget(data_bin.name, system))),
+                "train": portable_command(trained),
                 "test": portable_command(generate_command(self.profile, self.settings, destdir, data_bin.src,
                                                           data_bin.tgt, self.checkpoint(data_bin.name, system, seed),
                                                           "test")),
@@ -450,7 +450,7 @@ class Comparison:
                                                     "resumed") if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
-                         **speed_record(tokens_per_second, word_share),
+                         **speed_record(tokens_per_second, word_share, sampled_positions(trained, system)),
                          **self.own_budget_record(data_bin.name, system)},
             "curves": curves, "test": test,
         }
@@ -727,13 +727,30 @@ def training_facts(train_log: Path):
 SPEED_ESTIMATE = "median of the logged intervals"
 
 
-def speed_record(tokens_per_second: Optional[float], word_share: float) -> Dict[str, object]:
+def speed_record(tokens_per_second: Optional[float], word_share: float,
+                 positions: Optional[Dict[str, int]] = None) -> Dict[str, object]:
     """A run record's speed fields: fairseq's target tokens/s as train_speed reads the log, and the words/s they
-    make (a transition target's arcs and marks left out), with the reading named."""
+    make (a transition target's arcs and marks left out), with the reading named.
+
+    `positions` (a sampled-prefix run's: its prefixes k and target_positions_per_epoch): fairseq's wps of such a
+    run counts only the positions with a loss (min(k, n) of a target's n), so its target tokens/s are every target
+    token of the batches it trains on per second, wps x every / sampled over an epoch (the same count as every other
+    system's, and the bench's), and the positions trained per second are kept beside them."""
+    sampled = {}
+    if positions is not None and tokens_per_second is not None:
+        sampled = {"trained_positions_per_second": tokens_per_second, "positions_per_epoch": positions}
+        tokens_per_second = round(tokens_per_second * positions["every"] / positions["sampled"], 1)
     return {"target_tokens_per_second": tokens_per_second, "target_word_share": round(word_share, 4),
             "target_words_per_second": (round(tokens_per_second * word_share, 1)
                                         if tokens_per_second is not None else None),
-            "speed_estimate": SPEED_ESTIMATE}
+            "speed_estimate": SPEED_ESTIMATE, **sampled}
+
+
+def sampled_positions(command: List, system: str) -> Optional[Dict[str, int]]:
+    """{"prefixes": k, "every": ..., "sampled": ...} of a sampled-prefix system's epoch under `command` (a
+    train_command; target_positions_per_epoch), None for a system with a loss at every target position."""
+    prefixes = sampled_prefixes(system)
+    return {"prefixes": prefixes, **target_positions_per_epoch(command, prefixes)} if prefixes else None
 
 
 def train_speed(train_log: Path) -> Optional[float]:

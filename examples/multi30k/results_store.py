@@ -563,24 +563,50 @@ def section(path: Path, profile: str) -> Optional[str]:
 def reread_speeds(root: Path, profile: str, out: Path) -> List[str]:
     """Re-read the train speed of the profile's records whose train log is still in `out` (the compare.py --out
     folder that trained them) with compare.py's current reading of the log (its SPEED_ESTIMATE), for records written
-    with an earlier one. Returns what changed, one line per record."""
+    with an earlier one, and of sampled-prefix runs recorded before their speed counted every target token of
+    their batches (compare.speed_record: their epoch's positions are counted on their data-bin, found under `out`
+    or a folder above it, as the record's train command names it). Returns what changed, one line per record."""
     from compare import SPEED_ESTIMATE, speed_record, train_speed
+    from systems import MULTI30K_SYSTEMS, sampled_prefixes
 
     changed = []
     for path in run_files(Path(root) / profile, ".json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         training = record["training"]
         log = Path(out) / "systems" / record["data_bin"] / record["system"] / f"seed{record['seed']}" / "train.log"
-        if training.get("speed_estimate") == SPEED_ESTIMATE or not log.exists():
+        sampled = record["system"] in MULTI30K_SYSTEMS and sampled_prefixes(record["system"]) > 0
+        current = training.get("speed_estimate") == SPEED_ESTIMATE and (
+            not sampled or "positions_per_epoch" in training)
+        if current or not log.exists():
             continue
         tokens = train_speed(log)
         if tokens is None:
             continue
+        positions = training.get("positions_per_epoch") or (recorded_positions(path, record, Path(out))
+                                                            if sampled else None)
         before = training.get("target_words_per_second")
-        training.update(speed_record(tokens, training["target_word_share"]))
+        training.update(speed_record(tokens, training["target_word_share"], positions))
         write_record(path, record)
         changed.append(f"{path}: train target words/s {before} -> {training['target_words_per_second']}")
     return changed
+
+
+def recorded_positions(path: Path, record: Dict, out: Path) -> Dict[str, int]:
+    """compare.sampled_positions of a record's run, on the data-bin its train command names, found under `out` or
+    a folder above it (the command's paths are relative to the repository the run ran in)."""
+    import shlex
+
+    from compare import sampled_positions
+
+    command = shlex.split(record["commands"]["train"])
+    data = command[1]
+    base = next((folder for folder in (out, *out.parents) if (folder / data / "syntax.json").exists()), None)
+    if base is None:
+        raise SystemExit(f"{path}: its data-bin {data} is under neither {out} nor a folder above it: its sampled "
+                         "positions per epoch cannot be counted")
+    command[1] = str(base / data)
+    command[command.index("--user-dir") + 1] = str(REPO / "fairseq_syntax")
+    return sampled_positions(command, record["system"])
 
 
 def main(argv=None):
