@@ -408,6 +408,27 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     assert runs["en-de.tiny/pascal/seed2"]["jobs"] == 2 and runs["en-de.tiny/pascal/seed2"]["train_seconds"] > 0
     check_results_files(tmp_path / "results", profile, out)
 
+    # a committed run record of another training of pascal seed 1 (another machine's) does not get this training's
+    # challenge translations: compare.py, resumed (nothing trained again), leaves that challenge record unwritten
+    import shutil
+
+    other = tmp_path / "other-training"
+    shutil.copytree(tmp_path / "results", other)
+    record_path, _ = __import__("results_store").run_paths(other, "tiny", "en-de.tiny", "pascal", 1)
+    record = json.loads(record_path.read_text())
+    record["translations"]["sha256"] = "0" * 64
+    record_path.write_text(json.dumps(record))
+    challenge_record = record_path.with_name("seed1.challenge.json")
+    challenge_record.unlink()
+    result = subprocess.run([str(BIN / "python"), str(REPO / "examples/multi30k/compare.py"), "--profile",
+                             str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "1", "--systems", "pascal",
+                             "--seeds", "1", "--results-dir", str(other)],
+                            capture_output=True, text=True, timeout=900,
+                            env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not challenge_record.exists()
+    assert "challenge results of en-de.tiny/pascal/seed1 not written" in result.stdout + result.stderr
+
 
 def check_results_files(root, profile_path, out):
     """The tiny run's results files (results_store.py) hold what the run's own evaluation says, and the table made
@@ -533,6 +554,18 @@ def check_challenge_files(root, out, report):
     challenges, problems = results_store.load_challenges(other, "tiny", runs)
     assert sorted(challenges["en-de.tiny"]) == ["linearized", "vanilla"] and len(problems) == 1
     assert "pascal/seed1.challenge.json: other challenge pairs" in problems[0]
+
+    # a challenge record made by another training of its system and seed than the run record's is left out
+    record_path = results_store.challenge_paths(other, "tiny", "en-de.tiny", "vanilla", 1)[0]
+    record = json.loads(record_path.read_text())
+    assert record["run"]["test_translations_sha256"] == json.loads(
+        record_path.with_name("seed1.json").read_text())["translations"]["sha256"]
+    record["run"]["test_translations_sha256"] = "0" * 64
+    record_path.write_text(json.dumps(record))
+    challenges, problems = results_store.load_challenges(other, "tiny", runs)
+    assert sorted(challenges["en-de.tiny"]) == ["linearized"] and len(problems) == 2
+    assert any("vanilla/seed1.challenge.json: made by another training than its run's record (vanilla/seed1.json)"
+               in problem for problem in problems)
 
 
 def test_readme_results_tables_are_the_committed_results_files():

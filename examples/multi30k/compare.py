@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from statistics import mean, median, stdev
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -407,10 +407,7 @@ class Comparison:
         root = self.settings.results
         if root is None or results_store.run_paths(root, self.profile.name, data_bin.name, system, seed)[0].exists():
             return
-        files = data_bin_files(shared, "test")
-        references = read_text_lines(files["references"], "references")
-        hypotheses = read_system(system, output, len(references), PieceDecoder(files["spm_model"], files["words"]),
-                                 f"the references ({files['references']})").hypotheses
+        references, hypotheses = decoded_translations(system, shared, output)
         scores = evaluate_systems({system: hypotheses}, [references], bootstrap_samples=0)["systems"][system]
         test = {"split": "test", "sentences": len(references),
                 **{key: {"score": scores[key]["score"], "signature": scores[key]["signature"]}
@@ -628,6 +625,17 @@ class Comparison:
         if root is None or results_store.challenge_paths(root, self.profile.name, data_bin.name, system,
                                                          seed)[0].exists():
             return
+        # the training these translations come from, by its test translations: a run record of another training
+        # of this system and seed (another machine's, committed) must not get them
+        _, test = decoded_translations(system, shared, self.run_dir(data_bin.name, system, seed) / "generate.test.txt")
+        trained = {"test_translations_sha256": results_store.lines_sha256(test)}
+        record_path = results_store.run_paths(root, self.profile.name, data_bin.name, system, seed)[0]
+        if record_path.exists():
+            recorded = json.loads(record_path.read_text(encoding="utf-8"))["translations"]["sha256"]
+            if recorded != trained["test_translations_sha256"]:
+                log(f"challenge results of {data_bin.name}/{system}/seed{seed} not written: {record_path} is the "
+                    f"record of another training of it (its test translations differ from this one's)")
+                return
         files = data_bin_files(shared, "challenge")
         linemap = read_linemap(files["linemap"]) if files["linemap"] else None
         manifest, references, outputs = read_challenge_outputs(manifest_path, {system: output}, files["spm_model"],
@@ -652,10 +660,20 @@ class Comparison:
                                                                data_bin.tgt, self.checkpoint(data_bin.name, system,
                                                                                              seed), "challenge")),
                 "compare": portable_command([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
-            "code": code_version(), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "sets": sets,
+            "code": code_version(), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "sets": sets, "run": trained,
         }
         results_store.write_challenge_run(root, record, hypotheses)
         log(f"challenge results of {data_bin.name}/{system}/seed{seed} written to {root}")
+
+
+def decoded_translations(system: str, shared: Path, output: Path) -> Tuple[List[str], List[str]]:
+    """(the test references of the shared data-bin, a run's test translations decoded from its fairseq-generate
+    `output` as the evaluator reads them)."""
+    files = data_bin_files(shared, "test")
+    references = read_text_lines(files["references"], "references")
+    hypotheses = read_system(system, output, len(references), PieceDecoder(files["spm_model"], files["words"]),
+                             f"the references ({files['references']})").hypotheses
+    return references, hypotheses
 
 
 def challenge_seed(profile: Profile, seeds: List[int]) -> Optional[int]:

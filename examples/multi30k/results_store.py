@@ -3,7 +3,10 @@
   results/<profile>/<data-bin>/<system>/seed<k>.json              what the run was and what it scored
   results/<profile>/<data-bin>/<system>/seed<k>.test.txt.gz       its test translations (text, one per line)
   results/<profile>/<data-bin>/references.test.txt.gz             the references they are scored against
-  results/<profile>/<data-bin>/<system>/seed<k>.challenge.json    its challenge-set scores, set by set
+  results/<profile>/<data-bin>/<system>/seed<k>.challenge.json    its challenge-set scores, set by set, and the
+                                                                  sha256 of the test translations of the training
+                                                                  that made them (another training of the same
+                                                                  system and seed is left out, not paired)
   results/<profile>/<data-bin>/<system>/seed<k>.challenge.txt.gz  its challenge translations, one per exported pair
                                                                   (the references are not committed: they are
                                                                   exported again from $DATA_ROOT's challenge sets)
@@ -53,9 +56,10 @@ BASELINE = "vanilla"
 RECORD_KEYS = ("format", "profile", "data_bin", "system", "seed", "budget", "commands", "code", "machine",
                "finished", "seconds", "training", "curves", "test", "translations")
 # export: direction, set names (in export order), max_per_set, sample seed, pairs and the references' sha256 (enough
-# to export the same pairs again); sets: each set's description and scores, as `challenge score` gives them
+# to export the same pairs again); sets: each set's description and scores, as `challenge score` gives them; run:
+# the sha256 of the test translations of the training that translated them (its run record's, checked on reading)
 CHALLENGE_KEYS = ("format", "profile", "data_bin", "system", "seed", "export", "commands", "code", "finished", "sets",
-                  "translations")
+                  "translations", "run")
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------
@@ -250,10 +254,7 @@ def load_challenges(root: Path, profile: str, runs: Dict[str, Dict[str, Dict[int
     for partial in sorted(folder.glob("*/*/seed*.challenge.json.tmp")):
         problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
     for path in sorted(folder.glob("*/*/seed*.challenge.json")):
-        record, hypotheses, problem = read_files(
-            path, root, CHALLENGE_KEYS, lambda record: f"its run ({record['system']}/seed{record['seed']}.json) is "
-            "not in the table" if int(record["seed"]) not in runs.get(record["data_bin"], {}).get(record["system"], {})
-            else None)
+        record, hypotheses, problem = read_files(path, root, CHALLENGE_KEYS, lambda record: other_run(record, runs))
         if problem:
             problems.append(problem)
             continue
@@ -273,6 +274,18 @@ def load_challenges(root: Path, profile: str, runs: Dict[str, Dict[str, Dict[int
         for system in [system for system, by_seed in systems.items() if not by_seed]:
             del systems[system]
     return challenges, problems
+
+
+def other_run(challenge: Dict, runs: Dict[str, Dict[str, Dict[int, "Run"]]]) -> Optional[str]:
+    """Why a challenge record cannot stand beside its run's row (None: it can): the run is not in the table, or
+    its translations come from another training of the same system and seed than the run record's."""
+    name = f"{challenge['system']}/seed{challenge['seed']}.json"
+    run = runs.get(challenge["data_bin"], {}).get(challenge["system"], {}).get(int(challenge["seed"]))
+    if run is None:
+        return f"its run ({name}) is not in the table"
+    if challenge["run"]["test_translations_sha256"] != run.record["translations"]["sha256"]:
+        return f"made by another training than its run's record ({name}): their test translations differ"
+    return None
 
 
 # ---- the tables ------------------------------------------------------------------------------------------------
