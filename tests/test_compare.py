@@ -353,7 +353,7 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     out = tmp_path / "out"
     result = subprocess.run([str(BIN / "python"), str(REPO / "examples/multi30k/compare.py"), "--profile",
                              str(profile), "--raw", str(raw), "--out", str(out), "--jobs", "2",
-                             "--results-dir", str(tmp_path / "results")],
+                             "--results-dir", str(tmp_path / "results"), "--challenge-shards", "2"],
                             capture_output=True, text=True, timeout=900,
                             env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -407,6 +407,28 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
     assert runs["en-de.tiny/linearized/seed1"]["parse_trees_seconds"] > 0
     assert runs["en-de.tiny/pascal/seed2"]["jobs"] == 2 and runs["en-de.tiny/pascal/seed2"]["train_seconds"] > 0
     check_results_files(tmp_path / "results", profile, out)
+
+    # the challenge sets were translated in 2 shards (here one batch and an empty shard): the same translations as
+    # one fairseq-generate run; and with batches of 4, two shards of several batches each give those of one run
+    loaded = load_profile(str(profile), list(MULTI30K_SYSTEMS))
+    run_dir = out / "systems" / "en-de.tiny" / "pascal" / "seed1"
+    command = [str(a) for a in compare.generate_command(loaded, compare.Settings(out), out / "data" / "en-de.tiny",
+                                                        "en", "de", run_dir / "checkpoints" / "checkpoint_best.pt",
+                                                        "challenge")]
+
+    def translations(*options):
+        done = subprocess.run(command + list(options), capture_output=True, text=True,
+                              env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {line.split("\t")[0]: line for line in done.stdout.splitlines() if line.startswith("D-")}
+
+    merged = {line.split("\t")[0]: line for line in (run_dir / "generate.challenge.max2.txt").read_text().splitlines()
+              if line.startswith("D-")}
+    assert len(merged) > 8 and merged == translations()
+    shards = [translations("--batch-size", "4", "--distributed-world-size", "2", "--distributed-rank", str(rank))
+              for rank in (0, 1)]
+    assert min(map(len, shards)) >= 4 and not set(shards[0]) & set(shards[1])
+    assert {**shards[0], **shards[1]} == translations("--batch-size", "4")
 
     # a committed run record of another training of pascal seed 1 (another machine's) does not get this training's
     # challenge translations: compare.py, resumed (nothing trained again), leaves that challenge record unwritten
@@ -556,6 +578,8 @@ def check_challenge_files(root, out, report):
     assert "pascal/seed1.challenge.json: other challenge pairs" in problems[0]
 
     # a challenge record made by another training of its system and seed than the run record's is left out
+    record["export"]["max_per_set"] = 2  # pascal's export as it was
+    results_store.challenge_paths(other, "tiny", "en-de.tiny", "pascal", 1)[0].write_text(json.dumps(record))
     record_path = results_store.challenge_paths(other, "tiny", "en-de.tiny", "vanilla", 1)[0]
     record = json.loads(record_path.read_text())
     assert record["run"]["test_translations_sha256"] == json.loads(
@@ -563,9 +587,9 @@ def check_challenge_files(root, out, report):
     record["run"]["test_translations_sha256"] = "0" * 64
     record_path.write_text(json.dumps(record))
     challenges, problems = results_store.load_challenges(other, "tiny", runs)
-    assert sorted(challenges["en-de.tiny"]) == ["linearized"] and len(problems) == 2
-    assert any("vanilla/seed1.challenge.json: made by another training than its run's record (vanilla/seed1.json)"
-               in problem for problem in problems)
+    assert sorted(challenges["en-de.tiny"]) == ["linearized", "pascal"] and len(problems) == 1
+    assert "vanilla/seed1.challenge.json: made by another training than its run's record (vanilla/seed1.json)" \
+        in problems[0]
 
 
 def test_readme_results_tables_are_the_committed_results_files():
@@ -890,6 +914,46 @@ def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
     comparison.train_and_translate(data_bin, tmp_path / "bin", "pascal", 1)
     assert calls == [True, False] and (fresh / "train.log").read_text() == "segment 2\n"
     assert "resumed" not in comparison.runs["en-de.spacy/pascal/seed1"]
+
+
+def test_an_interrupted_challenge_translation_goes_on_from_its_next_shard(tmp_path, monkeypatch):
+    """The challenge split is translated in shards (fairseq-generate's --distributed-world-size/--distributed-rank
+    pick whole batches), each kept once written: after an interruption only the shards not yet written run, and the
+    output is the shards' outputs in order; the test split runs whole."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out", challenge_shards=3))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    calls, killed_at = [], ["1"]  # the session ends while the second shard translates
+
+    def fake_run(args, log_file=None, threads=None, append=False):
+        args = [str(a) for a in args]
+        if "--distributed-rank" not in args:
+            calls.append((args[args.index("--gen-subset") + 1], "whole"))
+            Path(log_file).write_text("D-0\twhole\n")
+            return
+        shard, shards = args[args.index("--distributed-rank") + 1], args[args.index("--distributed-world-size") + 1]
+        calls.append((args[args.index("--gen-subset") + 1], f"{shard} of {shards}"))
+        if shard in killed_at:
+            raise SystemExit("killed")
+        Path(log_file).write_text(f"D-{shard}\tshard {shard}, call {len(calls)}\n")
+
+    monkeypatch.setattr(compare, "run", fake_run)
+    work = comparison.run_dir("en-de.spacy", "bitran_k4", 1)
+    work.mkdir(parents=True)
+    output = work / "generate.challenge.max300.txt"
+    with pytest.raises(SystemExit, match="killed"):
+        comparison.translate(tmp_path / "bin", data_bin, tmp_path / "checkpoint.pt", "challenge", output)
+    assert calls == [("challenge", "0 of 3"), ("challenge", "1 of 3")] and not output.exists()
+
+    calls.clear()
+    killed_at.clear()
+    assert comparison.translate(tmp_path / "bin", data_bin, tmp_path / "checkpoint.pt", "challenge", output) == output
+    assert calls == [("challenge", "1 of 3"), ("challenge", "2 of 3")]  # the first shard was kept
+    assert output.read_text() == "D-0\tshard 0, call 1\nD-1\tshard 1, call 1\nD-2\tshard 2, call 2\n"
+    assert sorted(path.name for path in work.iterdir()) == ["generate.challenge.max300.txt"]
+    calls.clear()
+    comparison.translate(tmp_path / "bin", data_bin, tmp_path / "checkpoint.pt", "test", work / "generate.test.txt")
+    assert calls == [("test", "whole")]
 
 
 def test_parsers_and_data_bins_are_made_with_the_threads_asked_for(tmp_path, monkeypatch):

@@ -113,8 +113,12 @@ class Settings:
     """What the command line adds to a profile: where, on which device, how many at once."""
 
     def __init__(self, out: Path, device: str = "cpu", precision: Optional[str] = None, jobs: int = 1,
-                 raw: Optional[Path] = None, threads: Optional[int] = None, results: Optional[Path] = None):
+                 raw: Optional[Path] = None, threads: Optional[int] = None, results: Optional[Path] = None,
+                 challenge_shards: int = 8):
         self.out, self.device, self.precision, self.jobs = out, device, precision, max(1, jobs)
+        # the challenge sets are translated in shards, each written whole, so that a translation of hours (BiTran's
+        # here, re-encoding the prefix at every step: ~2 h) goes on from its last finished shard when interrupted
+        self.challenge_shards = max(1, challenge_shards)
         self.raw = raw or out / "raw"  # {train,valid,test}.{src,tgt}: Multi30k (prepare_raw.py) unless given
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.jobs)
         # parsers and data-bins are made before the trainings, one at a time: every core, unless --threads was given
@@ -456,11 +460,32 @@ class Comparison:
 
     def translate(self, destdir: Path, data_bin: DataBin, checkpoint: Path, split: str, output: Path,
                   trees_out: Optional[Path] = None) -> Path:
-        if not output.exists() or (trees_out and not trees_out.exists()):
-            log(f"translating {split} with {output.parent.relative_to(self.out / 'systems')}")
-            run(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, checkpoint, split,
-                                 trees_out), output.with_suffix(".tmp"), self.settings.threads)
-            os.replace(output.with_suffix(".tmp"), output)
+        """fairseq-generate's output of `split` (and the trees, with `trees_out`) in `output`, written whole. The
+        challenge split goes in Settings.challenge_shards shards, each kept once written, then joined: fairseq-generate
+        shards by whole batches (--distributed-world-size / --distributed-rank, without a process group), so the
+        translations are those of one run, and the readers take them by sentence id."""
+        if output.exists() and (not trees_out or trees_out.exists()):
+            return output
+        log(f"translating {split} with {output.parent.relative_to(self.out / 'systems')}")
+        command = generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt, checkpoint,
+                                   split, trees_out)
+        shards = self.settings.challenge_shards if split == "challenge" and trees_out is None else 1
+        partial = output.with_suffix(".tmp")
+        if shards == 1:
+            run(command, partial, self.settings.threads)
+            os.replace(partial, output)
+            return output
+        parts = [output.with_name(f"{output.stem}.shard{shard + 1}of{shards}{output.suffix}")
+                 for shard in range(shards)]
+        for shard, part in enumerate(parts):
+            if not part.exists():
+                run([*command, "--distributed-world-size", shards, "--distributed-rank", shard],
+                    part.with_name(part.name + ".tmp"), self.settings.threads)
+                os.replace(part.with_name(part.name + ".tmp"), part)
+        partial.write_text("".join(part.read_text(encoding="utf-8") for part in parts), encoding="utf-8")
+        os.replace(partial, output)
+        for part in parts:
+            part.unlink()
         return output
 
     def tree_arguments(self, bin_name: str, systems: List[str], seed: int) -> List[str]:
@@ -948,6 +973,9 @@ def main(argv=None):
     parser.add_argument("--minutes", type=float, help="budget: training wall time per system and seed")
     parser.add_argument("--validate-every", type=int, help="valid loss and BLEU every N updates (0: every epoch)")
     parser.add_argument("--challenge-per-set", type=int, help="challenge-set pairs per set (0: none)")
+    parser.add_argument("--challenge-shards", type=int, default=8,
+                        help="translate the challenge sets in N shards, each kept once written (an interrupted "
+                             "translation goes on from the next shard; the translations are the same)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--fp16", action="store_const", dest="precision", const="fp16",
@@ -980,7 +1008,7 @@ def main(argv=None):
     if results is None and profile.budget_record() == profile_budget and not args.raw:
         results = results_store.RESULTS
     settings = Settings(out, args.device, args.precision, args.jobs, Path(args.raw).resolve() if args.raw else None,
-                        args.threads, results)
+                        args.threads, results, args.challenge_shards)
     comparison = Comparison(profile, settings)
     if args.dry_run:
         for data_bin in profile.bins:
