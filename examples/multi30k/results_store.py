@@ -488,7 +488,7 @@ def not_run_yet(plan: RunPlan, runs: Dict[str, Dict[str, Dict[int, "Run"]]],
                    for system in plan.systems]
         missing = [(system, seeds) for system, seeds in missing if seeds]
         parts = []
-        if len(missing) == len(plan.systems) and not done:
+        if not done:
             parts.append(f"no run yet ({len(plan.systems)} systems x seeds {seeds_text(plan.seeds)})")
         elif missing:
             parts.append("no complete record: "
