@@ -12,6 +12,7 @@ from .helpers import BIN, REPO, USER_DIR, preprocess_sample, write_multi30k_samp
 
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))
 import compare  # noqa: E402
+import results_store  # noqa: E402
 from profiles import ProfileError, load_profile, with_options  # noqa: E402
 from systems import EQUAL_POSITIONS, MULTI30K_SYSTEMS  # noqa: E402
 
@@ -99,13 +100,36 @@ def test_bad_profiles_name_the_file_and_entry(tmp_path):
     cases = {"two budgets": (base + "[budget]\nmax_update = 5\nminutes = 3\n", "exactly one of"),
              "no budget": (base, "exactly one of"),
              "unknown system": (base.replace('"vanilla"', '"nope"') + "[budget]\nmax_update = 5\n", "nope"),
-             "typo table": (base + "[budget]\nmax_update = 5\n[trainin]\n", "unknown entries")}
+             "typo table": (base + "[budget]\nmax_update = 5\n[trainin]\n", "unknown entries"),
+             "unknown run data-bin": (base + 'data_bins = ["c"]\n[budget]\nmax_update = 5\n', "run.data_bins"),
+             "no run data-bin": (base + 'data_bins = []\n[budget]\nmax_update = 5\n', "run.data_bins is empty")}
     for name, (text, message) in cases.items():
         path = tmp_path / f"{name.replace(' ', '_')}.toml"
         path.write_text(text)
         with pytest.raises(ProfileError, match=message) as error:
             load_profile(str(path), list(MULTI30K_SYSTEMS))
         assert str(path) in str(error.value), name
+
+
+def test_a_profiles_run_data_bins_are_what_a_plain_run_trains_and_the_plan_lists(tmp_path, capsys):
+    """cpu: the campaign's data-bin is En->De spaCy (issue 29); the other two stay runnable by name."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    assert profile.run_bins == ["en-de.spacy"] and len(profile.bins) == 3
+    assert results_store.RunPlan.of(profile).data_bins == ("en-de.spacy",)
+    text = ('[[data.bins]]\nname = "a"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:m"\n'
+            '[[data.bins]]\nname = "b"\nsrc = "de"\ntgt = "en"\nsource_parser = "spacy:n"\n'
+            '[budget]\nmax_update = 5\n[run]\nsystems = ["vanilla"]\n{extra}')
+    path = tmp_path / "two.toml"
+    for extra, default_bins in (("", ["a", "b"]), ('data_bins = ["b"]\n', ["b"])):
+        path.write_text(text.format(extra=extra))
+        assert load_profile(str(path), list(MULTI30K_SYSTEMS)).run_bins == default_bins
+        for given, expected in ((None, default_bins), ("a", ["a"])):
+            out = tmp_path / f"out{len(extra)}{given}"
+            compare.main(["--profile", str(path), "--out", str(out), "--dry-run"]
+                         + (["--data-bins", given] if given else []))
+            printed = capsys.readouterr().out
+            trained = sorted(name for name in ("a", "b") if f"{out}/data/{name} " in printed)
+            assert trained == expected, (extra, given, printed)
 
 
 def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path, monkeypatch):
@@ -276,8 +300,6 @@ def test_speeds_of_earlier_records_are_read_again_from_their_logs(tmp_path):
     intervals) gets the median of its run's train log in OUT; a record whose log is not there keeps its speed."""
     import shutil
 
-    import results_store
-
     from systems import sampled_prefixes
 
     # runs with a loss at every target position (a sampled-prefix run's reading needs its data-bin: below)
@@ -436,7 +458,7 @@ def test_tiny_comparison_with_seeds_curves_and_jobs(data_root, tmp_path):
 
     other = tmp_path / "other-training"
     shutil.copytree(tmp_path / "results", other)
-    record_path, _ = __import__("results_store").run_paths(other, "tiny", "en-de.tiny", "pascal", 1)
+    record_path, _ = results_store.run_paths(other, "tiny", "en-de.tiny", "pascal", 1)
     record = json.loads(record_path.read_text())
     record["translations"]["sha256"] = "0" * 64
     record_path.write_text(json.dumps(record))
@@ -457,8 +479,6 @@ def check_results_files(root, profile_path, out):
     from them alone gives the comparison's means and tests; a run whose files are missing or half-written is
     reported and left out."""
     import shutil
-
-    import results_store
 
     profile = load_profile(str(profile_path), list(MULTI30K_SYSTEMS))
     summary = json.loads((out / "results" / "summary.json").read_text())["en-de.tiny"]["summary"]
@@ -618,8 +638,6 @@ def test_runs_of_another_precision_get_a_table_of_their_own(tmp_path):
     GPU runs (fp16), one of them relabelled float32, give two tables, the relabelled run alone in the second."""
     import shutil
 
-    import results_store
-
     profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
     source = results_store.RESULTS / profile.name
     if not any(path.parent.name == "vanilla" for path in results_store.run_files(source, ".json")):
@@ -652,8 +670,6 @@ def test_planned_runs_without_a_complete_record_are_listed_as_still_to_run(tmp_p
     committed GPU runs of ldd-multi30k-reduced (every planned run done), then with one record removed, one left
     half-written, another data-bin and a challenge seed planned."""
     import shutil
-
-    import results_store
 
     profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
     source = results_store.RESULTS / profile.name
@@ -698,8 +714,6 @@ def test_speeds_of_runs_on_different_settings_are_not_averaged(tmp_path):
     precision, jobs, threads); otherwise each seed's speed is listed. The committed GPU runs, first all given one
     setting, then one of them another number of jobs."""
     import shutil
-
-    import results_store
 
     profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
     source = results_store.RESULTS / profile.name
@@ -824,8 +838,6 @@ def check_reread_of_sampled_prefix_records(tmp_path, command, every, sampled):
     to its repository)."""
     import shlex
     import shutil
-
-    import results_store
 
     source = results_store.RESULTS / "cpu" / "en-de.spacy" / "parent_k4" / "seed1.json"
     if not source.exists():

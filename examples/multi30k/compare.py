@@ -941,13 +941,14 @@ def apply_overrides(profile: Profile, args) -> Profile:
         profile.systems = systems
     if args.seeds:
         profile.seeds = [int(s) for s in args.seeds.split(",") if s]
+    names = profile.run_bins
     if getattr(args, "data_bins", None):
         names = [name for name in args.data_bins.split(",") if name]
         known = [data_bin.name for data_bin in profile.bins]
         unknown = [name for name in names if name not in known]
         if unknown:
             raise SystemExit(f"unknown data-bins {unknown} in profile {profile.name} (known: {', '.join(known)})")
-        profile.bins = [data_bin for data_bin in profile.bins if data_bin.name in names]
+    profile.bins = [data_bin for data_bin in profile.bins if data_bin.name in names]
     budgets = {k: getattr(args, k) for k in ("max_update", "max_epoch", "minutes") if getattr(args, k) is not None}
     if len(budgets) > 1:
         raise SystemExit("give one of --max-update, --max-epoch, --minutes")
@@ -989,7 +990,8 @@ def main(argv=None):
     parser.add_argument("--results-dir", help="where each finished run's results file goes (default: results/ of "
                                               "the repository when the profile's budget is kept; with a budget or "
                                               "validation override, none unless given)")
-    parser.add_argument("--data-bins", help="comma-separated data-bins of the profile to run (default: all)")
+    parser.add_argument("--data-bins", help="comma-separated data-bins of the profile to run (default: its "
+                                            "run.data_bins, else all)")
     parser.add_argument("--raw", help="a parallel corpus DIR/{train,valid,test}.{src,tgt} instead of Multi30k "
                                       "(the tests use a small sample)")
     parser.add_argument("--dry-run", action="store_true", help="print the training commands and stop")

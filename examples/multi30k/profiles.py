@@ -17,7 +17,8 @@ A profile gives:
                        learning curves); checkpoint = "best" (by valid BLEU) or "last"
   [validation]         bleu_args: fairseq --eval-bleu-args (the valid-BLEU search; greedy keeps curves cheap)
   [generation]         beam (test translation)
-  [run]                systems, seeds, challenge_per_set
+  [run]                systems, seeds, challenge_per_set; data_bins (optional: the data-bins a plain run trains
+                       on and its results plan lists; default: all; the others run when --data-bins names them)
 
 An options table maps an option name without its dashes to a value: a string or number is the option's value,
 a list its values, true a flag, false removes the option from the recipe (e.g. share-all-embeddings = false)."""
@@ -84,6 +85,8 @@ class Profile:
     # the seed whose runs translate the challenge sets: the profile's first, whichever --seeds an invocation gives
     # (a campaign trains one seed per invocation; the sets take ~40 min per target-side system here)
     challenge_seed: int = 1
+    # the data-bins a run trains on when --data-bins names none, and whose runs the results plan lists
+    run_bins: List[str] = field(default_factory=list)
     extra: Dict[str, object] = field(default_factory=dict)
 
     @property
@@ -185,6 +188,11 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
         fail(f"run.systems: unknown {unknown_systems} (known: {list(known_systems)})" if unknown_systems
              else "run.systems is empty")
     seeds = [int(s) for s in run.get("seeds", [1])]
+    run_bins = list(run.get("data_bins", [b.name for b in bins]))
+    unknown_bins = [name for name in run_bins if name not in {b.name for b in bins}]
+    if not run_bins or unknown_bins:
+        fail(f"run.data_bins: unknown {unknown_bins} (known: {[b.name for b in bins]})" if unknown_bins
+             else "run.data_bins is empty")
     return Profile(
         name=path.stem, path=path, description=str(raw.get("description", path.stem)), vocabulary=vocabulary,
         joined_dictionary=bool(data.get("joined_dictionary", True)), bins=bins,
@@ -193,7 +201,8 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
         validate_every=int(budget.get("validate_every", 0)), checkpoint=checkpoint,
         valid_bleu_args=dict(table("validation").get("bleu_args", {"beam": 1})),
         beam=int(table("generation").get("beam", 5)), systems=systems, seeds=seeds,
-        challenge_per_set=int(run.get("challenge_per_set", 0)), challenge_seed=seeds[0])
+        challenge_per_set=int(run.get("challenge_per_set", 0)), challenge_seed=seeds[0],
+        run_bins=run_bins)
 
 
 def option_list(options: Dict[str, OptionValue]) -> List[str]:

@@ -459,7 +459,7 @@ class RunPlan:
 
     @classmethod
     def of(cls, profile) -> "RunPlan":
-        return cls(tuple(data_bin.name for data_bin in profile.bins), tuple(profile.systems), tuple(profile.seeds),
+        return cls(tuple(profile.run_bins), tuple(profile.systems), tuple(profile.seeds),
                    profile.challenge_seed if profile.challenge_per_set > 0 else None)
 
 
