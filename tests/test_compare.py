@@ -111,6 +111,28 @@ def test_bad_profiles_name_the_file_and_entry(tmp_path):
         assert str(path) in str(error.value), name
 
 
+def test_runs_finishing_together_never_read_each_others_half_written_references(tmp_path, monkeypatch):
+    """compare.py --jobs: the runs of a data-bin store its test references when each finishes; one that finishes
+    while another is writing them must not read a half-written file (an 8-job GPU run lost a record so)."""
+    import gzip
+
+    references = [f"Ein Mann {i} ." for i in range(2000)]
+    original_write, other_run = gzip.GzipFile.write, []
+
+    def write_while_another_run_finishes(self, data):
+        if not other_run:
+            other_run.append(True)
+            results_store.store_references(tmp_path, "p", "b", references)
+        return original_write(self, data)
+
+    monkeypatch.setattr(gzip.GzipFile, "write", write_while_another_run_finishes)
+    results_store.store_references(tmp_path, "p", "b", references)
+    assert other_run
+    folder = tmp_path / "p" / "b"
+    assert results_store.read_gzip_lines(folder / "references.test.txt.gz")[0] == references
+    assert [path.name for path in folder.iterdir()] == ["references.test.txt.gz"]  # no temporary file left
+
+
 def test_a_profiles_run_data_bins_are_what_a_plain_run_trains_and_the_plan_lists(tmp_path, capsys):
     """cpu: the campaign's data-bin is En->De spaCy (issue 29); the other two stay runnable by name."""
     profile = load_profile("cpu", list(MULTI30K_SYSTEMS))

@@ -34,6 +34,7 @@ import hashlib
 import json
 import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
@@ -83,8 +84,12 @@ def write_gzip_lines(path: Path, lines: List[str]) -> str:
     """`lines` gzipped (no timestamp, so the same lines give the same bytes); returns the sha256 of the text."""
     text = lines_text(lines)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
-        f.write(text)
+    # through a temporary file of its own: runs of one data-bin finishing together (compare.py --jobs) store the
+    # same references, and one must never read another's half-written file (a GPU run of 8 jobs lost a record so)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+            f.write(text)
+    Path(raw.name).replace(path)
     return hashlib.sha256(text).hexdigest()
 
 
