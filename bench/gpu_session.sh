@@ -12,6 +12,7 @@
 #                                                  # (not OUT/data/NAME.command: its paths are this machine's)
 # On the device (run with carry [".gpu"]):
 #   bash bench/gpu_session.sh SECONDS PROFILE SYSTEMS SEEDS JOBS PRECISION "PYTEST -k EXPRESSION"
+# (SECONDS: the whole script, setup and packing included; give the run call a timeout_s at least 10 s above it)
 # (PRECISION: fp32, fp16 or bf16; each training job has one CPU thread: on the GPU it only feeds the kernels)
 # A comparison longer than one command (the 10-minute limit; e.g. the full ldd-multi30k profile): give
 # GPU_WORK=work/compare-gpu to both calls. The work then lies in an ignored folder of the working tree, which the warm
@@ -38,19 +39,30 @@ fi
 if [ -n "$tests" ]; then
   # beside the comparison, on 2 workers of 2 threads; stopped by SIGINT, pytest still prints the failures so far
   # with their tracebacks (a plain kill once left 2 failures without a word of why)
-  OMP_NUM_THREADS=2 timeout -s INT -k 30 $((seconds - 20)) python3 -m pytest -v -rfE --tb=long \
+  OMP_NUM_THREADS=2 timeout -s INT -k 5 $((seconds - SECONDS - 25)) python3 -m pytest -v -rfE --tb=long \
     -p no:cacheprovider -n 2 tests -k "$tests" \
     > "$OUT/cuda-tests.log" 2>&1 &
 fi
-timeout "$seconds" python3 examples/multi30k/compare.py --profile "$profile" --systems "$systems" --seeds "$seeds" \
-  --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") --out "$work" \
+pack() {  # the results so far, replaced whole (a call cut at its limit returns what $OUT holds then)
+  local part=/tmp/results.$BASHPID.tgz paths
+  paths=$(cd "$work" && ls -d results/"$profile" runs.json systems/*/*/*/train.log 2>/dev/null)
+  [ -n "$paths" ] && tar -czf "$part" -C "$work" $paths && mv "$part" "$OUT/results.tgz"
+}
+# every GPU_PACK_EVERY (30) s while the comparison runs: a call cut by the run's own limit once lost a record
+# written 100 s before it
+( while sleep "${GPU_PACK_EVERY:-30}"; do pack; done ) &
+packer=$!
+# SECONDS: the whole script, setup included, with 15 s left for the last pack
+timeout $((seconds - SECONDS - 15)) python3 examples/multi30k/compare.py --profile "$profile" --systems "$systems" \
+  --seeds "$seeds" --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") --out "$work" \
   --results-dir "$work/results" > "$OUT/compare.log" 2>&1
 rc=$?
 # timeout ends compare.py, not the trainings it started: those of this comparison (their command lines hold its
 # folder; a bare `pkill -f fairseq-train` once ended another comparison's training on the machine it was tried on)
 pkill -f -- "$work/"
+kill "$packer"
 echo "compare.py exit $rc after ${SECONDS}s" >> "$OUT/compare.log"
 wait
-tar -czf "$OUT/results.tgz" -C "$work" results/"$profile" runs.json $(cd "$work" && ls systems/*/*/*/train.log \
-  2>/dev/null) 2>> "$OUT/compare.log"
+pack || echo "no results to pack" >> "$OUT/compare.log"
 tail -5 "$OUT/compare.log"; tail -3 "$OUT/cuda-tests.log" 2>/dev/null
+exit $rc  # compare.py's: 124 when cut by its time limit

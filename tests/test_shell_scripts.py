@@ -1,6 +1,10 @@
 """The shell scripts (CI's, the demo's, the GPU session's) at least parse: two of them run only where no test runs
 them (the device machine), so a syntax error would first show there, in a session's few device minutes."""
+import os
+import shutil
 import subprocess
+import tarfile
+import time
 
 import pytest
 
@@ -21,3 +25,37 @@ def test_every_shell_script_is_listed():
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
     assert set(tracked.stdout.split()) <= set(SCRIPTS)
+
+
+def test_gpu_session_returns_the_records_written_before_its_call_is_cut(tmp_path):
+    """The device machine returns only what is under $OUT when a call is cut at its limit: gpu_session.sh packs the
+    results while the comparison runs (a call cut during the cross-run evaluation once lost a written record).
+    Here with a stand-in comparison that writes a record, then hangs, and a stand-in nvidia-smi."""
+    (tmp_path / "bench").mkdir()
+    shutil.copy(REPO / "bench" / "gpu_session.sh", tmp_path / "bench")
+    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu" / "setup.sh").write_text("")
+    (tmp_path / "examples" / "multi30k").mkdir(parents=True)
+    (tmp_path / "examples" / "multi30k" / "compare.py").write_text(
+        "import pathlib, sys, time\n"
+        "results = pathlib.Path(sys.argv[sys.argv.index('--results-dir') + 1]) / 'p' / 'b' / 'vanilla'\n"
+        "results.mkdir(parents=True)\n"
+        "(results / 'seed4.json').write_text('{}')\n"
+        "time.sleep(600)\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho stand-in\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, OUT=str(out), PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", GPU_PACK_EVERY="1",
+               GPU_WORK=str(tmp_path / "work"))
+    session = subprocess.Popen(["bash", str(tmp_path / "bench" / "gpu_session.sh"), "300", "p", "vanilla", "4", "1",
+                                "fp16", ""], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(6)
+    finally:
+        os.killpg(session.pid, 9)  # the run's limit: everything is killed, nothing runs after
+        session.wait()
+    with tarfile.open(out / "results.tgz") as packed:
+        assert "results/p/b/vanilla/seed4.json" in packed.getnames()
