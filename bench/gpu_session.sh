@@ -54,8 +54,8 @@ pack() {  # the results so far, replaced whole (a call cut at its limit returns 
 packer=$!
 # SECONDS: the whole script, setup included, with 15 s left for the last pack
 timeout $((seconds - SECONDS - 15)) python3 examples/multi30k/compare.py --profile "$profile" --systems "$systems" \
-  --seeds "$seeds" --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") --out "$work" \
-  --results-dir "$work/results" > "$OUT/compare.log" 2>&1
+  --seeds "$seeds" --jobs "$jobs" --threads 1 --device cuda $([ "$precision" = fp32 ] || echo "--$precision") \
+  --out "$work" --results-dir "$work/results" > "$OUT/compare.log" 2>&1
 rc=$?
 # timeout ends compare.py, not the trainings it started: those of this comparison (their command lines hold its
 # folder; a bare `pkill -f fairseq-train` once ended another comparison's training on the machine it was tried on)

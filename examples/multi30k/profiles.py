@@ -188,10 +188,11 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
         fail(f"run.systems: unknown {unknown_systems} (known: {list(known_systems)})" if unknown_systems
              else "run.systems is empty")
     seeds = [int(s) for s in run.get("seeds", [1])]
-    run_bins = list(run.get("data_bins", [b.name for b in bins]))
-    unknown_bins = [name for name in run_bins if name not in {b.name for b in bins}]
+    bin_names = [b.name for b in bins]
+    run_bins = list(run.get("data_bins", bin_names))
+    unknown_bins = [name for name in run_bins if name not in bin_names]
     if not run_bins or unknown_bins:
-        fail(f"run.data_bins: unknown {unknown_bins} (known: {[b.name for b in bins]})" if unknown_bins
+        fail(f"run.data_bins: unknown {unknown_bins} (known: {bin_names})" if unknown_bins
              else "run.data_bins is empty")
     return Profile(
         name=path.stem, path=path, description=str(raw.get("description", path.stem)), vocabulary=vocabulary,
