@@ -1046,3 +1046,37 @@ def test_ldd_profile_trains_ldd_as_the_papers_preset(tmp_path):
         differing = {key: (profile_args.get(key), value) for key, value in preset.items()
                      if profile_args.get(key) != value and not (system == "udp" and key == "ldd_variant")}
         assert not differing, (system, differing)
+
+
+def test_invocations_on_one_out_keep_each_others_run_facts(tmp_path):
+    """A campaign runs one compare.py chain per core on one OUT: each invocation loaded runs.json when it started,
+    and the one writing last used to write its own copy over the other's facts (its trainings' seconds, read back
+    when a run resumes). Both invocations' runs and every invocation's time are in the files."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    out = tmp_path / "out"
+    out.mkdir()
+    first = compare.Comparison(profile, compare.Settings(out, threads=1))
+    second = compare.Comparison(profile, compare.Settings(out, threads=1))  # started before either wrote
+    first.record_run("en-de.spacy/vanilla/seed1", train_seconds=100.0)
+    second.record_run("en-de.spacy/dyn_stgcd/seed1", train_seconds=200.0)
+    first.record_run("en-de.spacy/vanilla/seed1", test_translate_seconds=10.0)
+    runs = json.loads((out / "runs.json").read_text())
+    assert runs["en-de.spacy/dyn_stgcd/seed1"]["train_seconds"] == 200.0
+    assert runs["en-de.spacy/vanilla/seed1"]["train_seconds"] == 100.0
+    assert runs["en-de.spacy/vanilla/seed1"]["test_translate_seconds"] == 10.0
+    # an invocation of the compare.py before this fix writes its own copy whole; the next write brings back what
+    # this invocation recorded
+    (out / "runs.json").write_text(json.dumps({"en-de.spacy/dyn_stgcd/seed1": {"train_seconds": 200.0}}))
+    first.record_run("en-de.spacy/vanilla/seed1", parse_trees_seconds=1.0)
+    runs = json.loads((out / "runs.json").read_text())
+    assert runs["en-de.spacy/vanilla/seed1"]["train_seconds"] == 100.0
+    assert runs["en-de.spacy/vanilla/seed1"]["parse_trees_seconds"] == 1.0
+    assert runs["en-de.spacy/dyn_stgcd/seed1"]["train_seconds"] == 200.0
+    # a third invocation, and the first's in-memory view, see both
+    assert compare.Comparison(profile, compare.Settings(out)).runs == runs == first.runs
+    compare.record_time(out, 0.0, ["--systems", "vanilla"])
+    compare.record_time(out, 0.0, ["--systems", "dyn_stgcd"])
+    timing = json.loads((out / "timing.json").read_text())
+    assert [i["argv"] for i in timing["invocations"]] == [["--systems", "vanilla"], ["--systems", "dyn_stgcd"]]
+    assert sorted(p.name for p in out.iterdir()) == [".runs.json.lock", ".timing.json.lock", "runs.json",
+                                                     "timing.json"]

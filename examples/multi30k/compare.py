@@ -29,6 +29,7 @@ more than one 2-thread training). Resumable: a parser, data-bin, trained system 
 not made again. Every invocation's wall time is added up in OUT/timing.json, every run's in OUT/runs.json.
 """
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -37,6 +38,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +88,20 @@ PARSERS = {
                     "--dev", UD / "UD_German-GSD/de_gsd-ud-test.conllu.gz"], 20),
 }
 LOCK = threading.Lock()
+
+
+def update_json(path: Path, update, default):
+    """Read-modify-write of a JSON file of OUT that several compare.py invocations may share (a campaign runs one
+    chain per core on one OUT): under an exclusive lock of PATH.lock, the file as it is now (`default()` when
+    missing) goes through `update`, and is replaced whole through a temporary file. Returns what was written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK, open(path.parent / f".{path.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        value = update(json.loads(path.read_text()) if path.exists() else default())
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as temporary:
+            temporary.write(json.dumps(value, indent=2) + "\n")
+        Path(temporary.name).replace(path)
+        return value
 
 
 def log(message):
@@ -261,6 +277,7 @@ class Comparison:
         self.profile, self.settings, self.out = profile, settings, settings.out
         self.runs_path = self.out / "runs.json"
         self.runs = json.loads(self.runs_path.read_text()) if self.runs_path.exists() else {}
+        self.own_runs: Dict[str, dict] = {}  # the facts this invocation recorded (record_run)
         # (data-bin, system) -> (record key, budget) of EQUAL_PAIRS (equal_pairs_budget) and EQUAL_POSITIONS
         # (equal_positions_budget) systems
         self.own_budgets: Dict[tuple, tuple] = {}
@@ -561,9 +578,18 @@ class Comparison:
 
     def record_run(self, key: str, **facts) -> None:
         with LOCK:
-            self.runs.setdefault(key, {}).update(facts, device=self.settings.device, threads=self.settings.threads,
-                                                 jobs=self.settings.jobs)
-            self.runs_path.write_text(json.dumps(self.runs, indent=2) + "\n")
+            self.own_runs.setdefault(key, {}).update(facts, device=self.settings.device,
+                                                     threads=self.settings.threads, jobs=self.settings.jobs)
+            own = {name: dict(value) for name, value in self.own_runs.items()}
+
+        def merged(runs):
+            # the file as other invocations on OUT left it, with every fact this one recorded (also those an
+            # invocation of an older compare.py, which wrote its whole copy, may have written over)
+            for name, value in own.items():
+                runs.setdefault(name, {}).update(value)
+            return runs
+
+        self.runs = update_json(self.runs_path, merged, dict)
 
     # ---- one data-bin --------------------------------------------------------------------------------------
 
@@ -824,11 +850,14 @@ def code_version() -> Dict[str, object]:
 
 def record_time(out: Path, started: float, argv) -> float:
     """Add this invocation to OUT/timing.json; returns the minutes of all invocations."""
-    path = out / "timing.json"
-    timing = json.loads(path.read_text()) if path.exists() else {"invocations": []}
-    timing["invocations"].append({"started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-                                  "seconds": round(time.time() - started), "argv": list(argv)})
-    path.write_text(json.dumps(timing, indent=2) + "\n")
+    invocation = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+                  "seconds": round(time.time() - started), "argv": list(argv)}
+
+    def added(timing):
+        timing["invocations"].append(invocation)
+        return timing
+
+    timing = update_json(out / "timing.json", added, lambda: {"invocations": []})
     return sum(i["seconds"] for i in timing["invocations"]) / 60
 
 
