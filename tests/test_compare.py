@@ -939,6 +939,7 @@ def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "run", fake_run)
     monkeypatch.setattr(compare.Comparison, "translate", lambda self, *args, **kwargs: None)
     monkeypatch.setattr(compare.Comparison, "write_record", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(compare.Comparison, "challenge_run", lambda self, *args, **kwargs: None)
     work = comparison.run_dir("en-de.spacy", "vanilla", 1)
     (work / "checkpoints").mkdir(parents=True)
     (work / "train.log").write_text("segment 0: validations before a kill\n")
@@ -953,6 +954,55 @@ def test_an_interrupted_run_resumes_and_keeps_its_log(tmp_path, monkeypatch):
     comparison.train_and_translate(data_bin, tmp_path / "bin", "pascal", 1)
     assert calls == [True, False] and (fresh / "train.log").read_text() == "segment 2\n"
     assert "resumed" not in comparison.runs["en-de.spacy/pascal/seed1"]
+
+
+def test_a_run_of_the_challenge_seed_translates_the_challenge_sets_as_soon_as_it_is_done(tmp_path, monkeypatch):
+    """The profile's first seed translates the challenge sets and writes its challenge record when its own test is
+    done, not after the invocation's other trainings (a session that ends before they do kept no challenge
+    translation of the runs that had finished); the split is added to the run's own data-bin (Linearized's) and to
+    the shared one; other seeds translate none."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out"))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    shared, own = tmp_path / "bin", tmp_path / "bin.transitions"
+    events = []
+
+    def fake_run(args, log_file=None, threads=None, append=False):
+        args = [str(a) for a in args]
+        if "--add-to" in args:
+            destdir = Path(args[args.index("--add-to") + 1])
+            events.append(("add challenge split", destdir.name))
+            (destdir / "challenge.linemap").write_text("0\n")
+        elif "export" in args:
+            export = Path(args[args.index("--out-dir") + 1])
+            export.mkdir(parents=True)
+            (export / "manifest.json").write_text("{}")
+            events.append(("export", args[args.index("--max-per-set") + 1]))
+        else:
+            events.append(("train",))
+
+    def fake_translate(self, destdir, data_bin, checkpoint, split, output, trees_out=None):
+        events.append(("translate", split, destdir.name))
+        return output
+
+    monkeypatch.setattr(compare, "run", fake_run)
+    monkeypatch.setattr(compare.Comparison, "translate", fake_translate)
+    monkeypatch.setattr(compare.Comparison, "tree_files", lambda self, *args: (None, None))
+    monkeypatch.setattr(compare.Comparison, "write_record", lambda self, *args: events.append(("record",)))
+    monkeypatch.setattr(compare.Comparison, "write_challenge_record",
+                        lambda self, data_bin, destdir, shared, manifest, system, seed, output:
+                        events.append(("challenge record", system, seed, output.name)))
+    for path in (shared, own):
+        path.mkdir()
+        (path / "challenge.linemap").unlink(missing_ok=True)
+    comparison.train_and_translate(data_bin, own, "linearized", 1, shared=shared)
+    assert events == [("train",), ("translate", "test", own.name), ("record",), ("export", "300"),
+                      ("add challenge split", shared.name), ("add challenge split", own.name),
+                      ("translate", "challenge", own.name),
+                      ("challenge record", "linearized", 1, "generate.challenge.max300.txt")]
+    events.clear()
+    comparison.train_and_translate(data_bin, shared, "vanilla", 2, shared=shared)
+    assert events == [("train",), ("translate", "test", shared.name), ("record",)]
 
 
 def test_an_interrupted_challenge_translation_goes_on_from_its_next_shard(tmp_path, monkeypatch):

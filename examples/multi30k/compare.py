@@ -21,7 +21,7 @@ generated trees (--trees-out), which that parser parses again over the same word
 parse-trees), so the evaluator reports their UAS/LAS beside its BLEU (its hypotheses are scored on plain text
 against the shared references like every other system's). With challenge_per_set > 0, Choshen & Abend's
 challenge sets of the data-bin's direction are translated by the runs of the profile's first seed (whichever
---seeds an invocation gives: `--seeds 2` alone translates none) and scored per set.
+--seeds an invocation gives: `--seeds 2` alone translates none), each right after its test, and scored per set.
 
 --device cuda runs everything on the GPU (--fp16 / --bf16 for half precision training and generation), --jobs N
 trains and translates N systems at once (on CPU each gets cores/N threads; two 1-thread trainings on 2 cores do
@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from statistics import mean, median, stdev
@@ -90,13 +91,21 @@ PARSERS = {
 LOCK = threading.Lock()
 
 
+@contextmanager
+def locked(lock_path: Path):
+    """An exclusive lock of `lock_path` (made when missing), between the threads of an invocation (--jobs: flock
+    locks belong to each open of the file) and between invocations."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def update_json(path: Path, update, default):
     """Read-modify-write of a JSON file of OUT that several compare.py invocations may share (a campaign runs one
     chain per core on one OUT): under an exclusive lock of PATH.lock, the file as it is now (`default()` when
     missing) goes through `update`, and is replaced whole through a temporary file. Returns what was written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with LOCK, open(path.parent / f".{path.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with LOCK, locked(path.parent / f".{path.name}.lock"):
         value = update(json.loads(path.read_text()) if path.exists() else default())
         with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as temporary:
             temporary.write(json.dumps(value, indent=2) + "\n")
@@ -419,6 +428,24 @@ class Comparison:
                 work / "parse-trees.log", self.settings.threads)
             self.record_run(key, parse_trees_seconds=round(time.time() - started, 1))
         self.write_record(data_bin, destdir, shared or destdir, system, seed, output)
+        if challenge_seed(self.profile, [seed]) is not None:
+            # right after the run's test, so that its challenge record exists once the run is done, whatever the
+            # invocation's other runs (a session can end before they do)
+            self.challenge_run(data_bin, destdir, shared or destdir, system, seed)
+        return output
+
+    def challenge_run(self, data_bin: DataBin, destdir: Path, shared: Path, system: str, seed: int) -> Path:
+        """The run's translations of the challenge sets (the split added to its data-bin once, the same pairs as the
+        shared data-bin's), and its challenge record; made once."""
+        per_set = self.profile.challenge_per_set
+        direction = f"{data_bin.src}-{data_bin.tgt}"
+        manifest = challenge_split(self.out, shared, direction, per_set)
+        if destdir != shared:  # the same pairs, added with that data-bin's own tags
+            challenge_split(self.out, destdir, direction, per_set)
+            require_same_lines(destdir, shared, "challenge")
+        output = self.translate(destdir, data_bin, self.checkpoint(data_bin.name, system, seed), "challenge",
+                                self.run_dir(data_bin.name, system, seed) / f"generate.challenge.max{per_set}.txt")
+        self.write_challenge_record(data_bin, destdir, shared, manifest, system, seed, output)
         return output
 
     def write_record(self, data_bin: DataBin, destdir: Path, shared: Path, system: str, seed: int,
@@ -650,22 +677,15 @@ class Comparison:
         per_set = self.profile.challenge_per_set
         if per_set <= 0:
             return None
-        direction = f"{data_bin.src}-{data_bin.tgt}"
-        manifest = challenge_split(self.out, shared, direction, per_set)
-        for own in set(bins_of.values()) - {shared}:  # the same pairs, added with that data-bin's own tags
-            challenge_split(self.out, own, direction, per_set)
-            require_same_lines(own, shared, "challenge")
-        outputs = [self.translate(bins_of[s], data_bin, self.checkpoint(data_bin.name, s, seed), "challenge",
-                                  self.run_dir(data_bin.name, s, seed) / f"generate.challenge.max{per_set}.txt")
-                   for s in systems]
+        # (made by each run as it finished: train_and_translate)
+        outputs = [self.challenge_run(data_bin, bins_of[s], shared, s, seed) for s in systems]
+        manifest = challenge_split(self.out, shared, f"{data_bin.src}-{data_bin.tgt}", per_set)
         results = self.out / "results" / data_bin.name / "challenge"
         log(f"scoring the challenge sets on {data_bin.name}")
         run([BIN / "fairseq-syntax-evaluate", "challenge", "score", "--manifest", manifest,
              *[f"--system={s}={o}" for s, o in zip(systems, outputs)], "--baseline",
              BASELINE if BASELINE in systems else systems[0], "--data-bin", shared, "--gen-subset", "challenge",
              "--out-dir", results, "--quiet"], self.out / "results" / f"{data_bin.name}.challenge.log")
-        for system, output in zip(systems, outputs):
-            self.write_challenge_record(data_bin, bins_of[system], shared, manifest, system, seed, output)
         return json.loads((results / "results.json").read_text())
 
     def write_challenge_record(self, data_bin: DataBin, destdir: Path, shared: Path, manifest_path: Path,
@@ -742,6 +762,12 @@ def require_same_lines(own: Path, shared: Path, split: str):
 def challenge_split(out: Path, destdir: Path, direction: str, per_set: int) -> Path:
     """The challenge sets of this direction as the split `challenge` of the data-bin; returns the manifest."""
     export = out / "challenge" / f"{direction}.max{per_set}"
+    # runs finishing together (--jobs, or invocations sharing OUT) each add the split: one at a time
+    with locked(out / "challenge" / ".lock"):
+        return add_challenge_split(out, export, destdir, direction, per_set)
+
+
+def add_challenge_split(out: Path, export: Path, destdir: Path, direction: str, per_set: int) -> Path:
     if not (export / "manifest.json").exists():
         log(f"exporting the {direction} challenge sets (at most {per_set} pairs each)")
         run([BIN / "fairseq-syntax-evaluate", "challenge", "export", "--direction", direction, "--max-per-set",
