@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -1010,7 +1011,7 @@ def test_an_interrupted_challenge_translation_goes_on_from_its_next_shard(tmp_pa
     pick whole batches), each kept once written: after an interruption only the shards not yet written run, and the
     output is the shards' outputs in order; the test split runs whole."""
     profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
-    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out", challenge_shards=3))
+    comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out", challenge_shards=3, threads=1))
     data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
     calls, killed_at = [], ["1"]  # the session ends while the second shard translates
 
@@ -1043,6 +1044,41 @@ def test_an_interrupted_challenge_translation_goes_on_from_its_next_shard(tmp_pa
     calls.clear()
     comparison.translate(tmp_path / "bin", data_bin, tmp_path / "checkpoint.pt", "test", work / "generate.test.txt")
     assert calls == [("test", "whole")]
+
+
+def test_challenge_shards_translate_side_by_side_one_thread_each(tmp_path, monkeypatch):
+    """A run of 2 threads translates its challenge shards two at a time, each fairseq-generate with one thread (a
+    process per core), and joins them in shard order whatever order they finish in; a 1-thread run one at a time."""
+    import threading
+
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    for threads, expected_at_once in ((2, 2), (1, 1)):
+        comparison = compare.Comparison(profile, compare.Settings(tmp_path / f"out{threads}", challenge_shards=4,
+                                                                  threads=threads))
+        running, most, thread_counts, lock = [], [0], [], threading.Lock()
+        release = threading.Barrier(expected_at_once, timeout=10)
+
+        def fake_run(args, log_file=None, threads=None, append=False):
+            args = [str(a) for a in args]
+            shard = int(args[args.index("--distributed-rank") + 1])
+            with lock:
+                running.append(shard)
+                most[0] = max(most[0], len(running))
+                thread_counts.append(threads)
+            release.wait()  # every shard of a pair waits for the other: they run at the same time, or this times out
+            time.sleep(0.05 * (3 - shard))  # later shards finish first
+            with lock:
+                running.remove(shard)
+            Path(log_file).write_text(f"D-{shard}\tshard {shard}\n")
+
+        monkeypatch.setattr(compare, "run", fake_run)
+        work = comparison.run_dir("en-de.spacy", "bitran_k4", 1)
+        work.mkdir(parents=True)
+        output = work / "generate.challenge.max300.txt"
+        comparison.translate(tmp_path / "bin", data_bin, tmp_path / "checkpoint.pt", "challenge", output)
+        assert most[0] == expected_at_once and thread_counts == [1] * 4
+        assert output.read_text() == "".join(f"D-{shard}\tshard {shard}\n" for shard in range(4))
 
 
 def test_parsers_and_data_bins_are_made_with_the_threads_asked_for(tmp_path, monkeypatch):

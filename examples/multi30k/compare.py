@@ -521,11 +521,33 @@ class Comparison:
             return output
         parts = [output.with_name(f"{output.stem}.shard{shard + 1}of{shards}{output.suffix}")
                  for shard in range(shards)]
-        for shard, part in enumerate(parts):
-            if not part.exists():
-                run([*command, "--distributed-world-size", shards, "--distributed-rank", shard],
-                    part.with_name(part.name + ".tmp"), self.settings.threads)
+        missing = [(shard, part) for shard, part in enumerate(parts) if not part.exists()]
+        # on CPU, as many shards at once as the run has threads, each a process of one thread of its own: beam
+        # search runs many small operations that a second thread barely speeds up, a second process uses the core
+        at_once = max(1, min(len(missing), self.settings.threads)) if self.settings.device == "cpu" else 1
+
+        queue, failed = iter(missing), []
+
+        def translate_shards():  # the next shard not started, until none is left or one has failed
+            while True:
+                with LOCK:
+                    shard, part = next(queue, (None, None)) if not failed else (None, None)
+                if part is None:
+                    return
+                try:
+                    run([*command, "--distributed-world-size", shards, "--distributed-rank", shard],
+                        part.with_name(part.name + ".tmp"), max(1, self.settings.threads // at_once))
+                except BaseException as error:  # the shards not started stay to do, as after a kill
+                    with LOCK:
+                        failed.append(error)
+                    return
                 os.replace(part.with_name(part.name + ".tmp"), part)
+
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            for _ in range(at_once):
+                pool.submit(translate_shards)
+        if failed:
+            raise failed[0]
         partial.write_text("".join(part.read_text(encoding="utf-8") for part in parts), encoding="utf-8")
         os.replace(partial, output)
         for part in parts:
