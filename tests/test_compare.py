@@ -134,6 +134,22 @@ def test_runs_finishing_together_never_read_each_others_half_written_references(
     assert [path.name for path in folder.iterdir()] == ["references.test.txt.gz"]  # no temporary file left
 
 
+def test_files_written_through_a_temporary_file_get_the_permissions_of_a_plain_write(tmp_path):
+    """Results, references and OUT's JSON files go through a temporary file (0600) and a rename; they end with the
+    permissions a plain write gives under the umask (a committed translations file was 0600 before)."""
+    import os
+
+    previous = os.umask(0o022)
+    try:
+        results_store.write_gzip_lines(tmp_path / "lines.txt.gz", ["a", "b"])
+        compare.update_json(tmp_path / "runs.json", lambda runs: runs, dict)
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(previous)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in tmp_path.iterdir() if not path.name.startswith(".")}
+    assert modes == {"lines.txt.gz": 0o644, "runs.json": 0o644, "plain.txt": 0o644}
+
+
 def test_a_profiles_run_data_bins_are_what_a_plain_run_trains_and_the_plan_lists(tmp_path, capsys):
     """cpu: the campaign's data-bin is En->De spaCy (issue 29); the other two stay runnable by name."""
     profile = load_profile("cpu", list(MULTI30K_SYSTEMS))

@@ -109,7 +109,7 @@ def update_json(path: Path, update, default):
         value = update(json.loads(path.read_text()) if path.exists() else default())
         with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as temporary:
             temporary.write(json.dumps(value, indent=2) + "\n")
-        Path(temporary.name).replace(path)
+        results_store.replace_with(temporary.name, path)
         return value
 
 

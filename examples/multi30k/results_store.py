@@ -32,6 +32,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import os
 import re
 import sys
 import tempfile
@@ -80,6 +81,15 @@ def lines_sha256(lines: List[str]) -> str:
     return hashlib.sha256(lines_text(lines)).hexdigest()
 
 
+def replace_with(temporary: str, path: Path) -> None:
+    """Move a file written through tempfile.NamedTemporaryFile to `path`, with the permissions a plain write would
+    have given it (the temporary file's are 0600: results files read only by their writer)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
+    Path(temporary).replace(path)
+
+
 def write_gzip_lines(path: Path, lines: List[str]) -> str:
     """`lines` gzipped (no timestamp, so the same lines give the same bytes); returns the sha256 of the text."""
     text = lines_text(lines)
@@ -89,7 +99,7 @@ def write_gzip_lines(path: Path, lines: List[str]) -> str:
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as raw:
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
             f.write(text)
-    Path(raw.name).replace(path)
+    replace_with(raw.name, path)
     return hashlib.sha256(text).hexdigest()
 
 
