@@ -522,8 +522,8 @@ class Comparison:
         parts = [output.with_name(f"{output.stem}.shard{shard + 1}of{shards}{output.suffix}")
                  for shard in range(shards)]
         missing = [(shard, part) for shard, part in enumerate(parts) if not part.exists()]
-        # on CPU, as many shards at once as the run has threads, each a process of one thread of its own: beam
-        # search runs many small operations that a second thread barely speeds up, a second process uses the core
+        # on CPU, as many shards at once as the run has threads, each a process of one thread of its own (as two
+        # 1-thread trainings outpace one 2-thread training here; for beam search not measured yet)
         at_once = max(1, min(len(missing), self.settings.threads)) if self.settings.device == "cpu" else 1
 
         queue, failed = iter(missing), []
