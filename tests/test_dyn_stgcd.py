@@ -15,6 +15,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_l
 from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.models.dyn_stgcd import GRAPH_LOSS
+from fairseq_syntax.modules.dynamic_gcn import GRAPH_ATTENTION_SCORES
 from fairseq_syntax.modules.spatial_temporal_block import ABLATIONS
 from fairseq_syntax.modules.target_graph import gold_target_graph, predicted_tree
 
@@ -61,12 +62,15 @@ def shortest(task, count):
     return dataset.collater([dataset[i] for i in chosen])
 
 
-def test_incremental_generation_equals_full_scoring_and_nothing_reads_ahead(parsed_bin):
+@pytest.mark.parametrize("graph_attention", GRAPH_ATTENTION_SCORES)
+def test_incremental_generation_equals_full_scoring_and_nothing_reads_ahead(parsed_bin, graph_attention):
     """Step-by-step decoding with the incremental state (W, A and the outputs of every block carried, reordered as
     beam search moves hypotheses) gives what the full-sequence forward gives; and changing the tokens after column
-    6 changes nothing at columns 0..6 (nodes join the graph in order and no step reads a later node)."""
+    6 changes nothing at columns 0..6 (nodes join the graph in order and no step reads a later node); with the
+    paper's graph-attention scores and with the gatv2 option."""
     _, destdir = parsed_bin
-    task, model = build(destdir)
+    task, model = build(destdir, "--dyn-stgcd-graph-attention", graph_attention)
+    assert model.decoder.blocks[0].gcn.attention.scores == graph_attention
     prev, encoder_out = four_hypotheses_of_one_source(task, model, 12)
     assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="dyn_stgcd")
     with torch.no_grad():

@@ -70,6 +70,31 @@ def naive_attention(module, nodes, mask):
     return out
 
 
+def naive_attention_v2(module, nodes, mask):
+    """The gatv2 option's raw adjacency (Brody et al. 2022, eq. 7 of theirs), entry by entry: ã_ij =
+    exp(a . LR(W [y_i || y_j])) / sum_{k in N_i} exp(a . LR(W [y_i || y_k])), W = [W_i W_j] (the module's projection:
+    its first attention_dim outputs are W_i's, the rest W_j's), LR of slope 0.2; 0 for padded nodes. Float64."""
+    W = module.project.weight.detach().double()
+    half = W.size(0) // 2
+    W_i, W_j = W[:half], W[half:]
+    a = module.score.weight.detach().double().reshape(-1)
+    batch, n, _ = nodes.shape
+    out = torch.zeros(batch, n, n, dtype=torch.float64)
+
+    def score(b, i, j):
+        hidden = W_i @ nodes[b, i].double() + W_j @ nodes[b, j].double()
+        hidden = torch.where(hidden > 0, hidden, 0.2 * hidden)
+        return math.exp(float(a @ hidden))
+
+    for b in range(batch):
+        real = real_nodes(mask, b)
+        for i in real:
+            total = sum(score(b, i, k) for k in real)
+            for j in real:
+                out[b, i, j] = score(b, i, j) / total
+    return out
+
+
 def naive_evolving_weight(module, nodes, mask, previous):
     """Appendix A.1 column by column (each column of W a GRU state): x_c = sum_i softmax_i(y_i . q_c) y_i over the
     real nodes (q_c = column c of the queries), then
@@ -142,6 +167,53 @@ def test_graph_attention_coefficients_equal_the_softmax_over_real_neighbours(dev
     W, psi = module.project.weight.detach(), module.psi.detach().reshape(-1)
     raw = [float(psi @ torch.cat([W @ nodes[0, i], W @ nodes[0, j]])) for i in range(6) for j in range(6)]
     assert min(raw) < 0 < max(raw)
+
+
+def rankings(coefficients, mask, b):
+    """Each real row's real columns, ordered by coefficient (largest first)."""
+    real = real_nodes(mask, b)
+    return [tuple(sorted(real, key=lambda j: -float(coefficients[b, i, j]))) for i in real]
+
+
+def test_the_papers_graph_attention_ranks_the_candidates_alike_in_every_row():
+    """Why the paper's eq. 7 gives every word the same head (docs/results.md, Dyn-STGCD seed 1's trees): its score
+    LeakyReLU(psi_i . W y_i + psi_j . W y_j) is increasing in the candidate's term, so every row orders the
+    candidate nodes alike (Brody et al. 2022's static attention), computed from the loop, not from the module."""
+    generator = torch.Generator().manual_seed(13)
+    torch.manual_seed(13)
+    module = GraphAttentionCoefficients(embed_dim=5, attention_dim=3)
+    with torch.no_grad():
+        module.psi.mul_(4.0)
+    mask = torch.tensor([[True] * 7, [False, False, True, True, True, True, True]])
+    nodes = random_nodes(generator, mask, 5)
+    expected = naive_attention(module, nodes, mask)
+    for b in range(2):
+        orders = rankings(expected, mask, b)
+        assert len(set(orders)) == 1, orders
+    torch.testing.assert_close(module(nodes, mask).double(), expected, **TOLERANCES)
+
+
+def test_gatv2_coefficients_equal_the_softmax_of_their_loop_and_rank_per_row(device):
+    """The gatv2 option (Brody et al.'s a . LeakyReLU(W [y_i || y_j])) against its loop, padding on either side with
+    garbage in the padded nodes; and, unlike the paper's scores, rows that order the candidates differently."""
+    generator = torch.Generator().manual_seed(14)
+    torch.manual_seed(14)
+    module = GraphAttentionCoefficients(embed_dim=5, attention_dim=3, scores="gatv2")
+    with torch.no_grad():
+        module.score.weight.mul_(4.0)
+    mask = torch.tensor([[True] * 6,
+                         [True, True, True, True, False, False],  # right padding
+                         [False, False, True, True, True, True],  # left padding
+                         [True, False, False, False, False, False]])  # one real node: ã_00 = 1
+    nodes = random_nodes(generator, mask, 5)
+    got = on(device, module)(on(device, nodes), on(device, mask)).cpu()
+    assert got.dtype == torch.float32 and got.shape == (4, 6, 6)
+    expected = naive_attention_v2(module, nodes, mask)
+    torch.testing.assert_close(got.double(), expected, **TOLERANCES)
+    assert float(expected[3, 0, 0]) == 1.0
+    assert len(set(rankings(expected, mask, 0))) > 1
+    with pytest.raises(ValueError, match="gatv3"):
+        GraphAttentionCoefficients(embed_dim=5, attention_dim=3, scores="gatv3")
 
 
 # ---- 2. evolving weight (eq. 6, appendix A.1) --------------------------------------------------------------------

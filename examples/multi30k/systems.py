@@ -58,6 +58,9 @@ MULTI30K_SYSTEMS = {
     "dyn_stgcd_no_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks",
                            "--dyn-stgcd-no-target-walks"],
     "dyn_stgcd_no_source_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks"],
+    # not the paper's: eq. 7's graph attention with Brody et al.'s GATv2 scores, whose ranking of the candidate
+    # heads depends on the row (the paper's GAT scores rank them alike in every row: docs/results.md)
+    "dyn_stgcd_gatv2": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-graph-attention", "gatv2"],
 }
 # Systems trained for the same number of translation pairs as the baseline's budget, not the same updates:
 # compare.py multiplies an update budget by (batches per epoch of the system's data-bin) / (those of the shared

@@ -38,7 +38,7 @@ from fairseq.modules import PositionalEmbedding
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..modules.dynamic_gcn import DynamicGCNState
+from ..modules.dynamic_gcn import GRAPH_ATTENTION_SCORES, DynamicGCNState
 from ..modules.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
 from ..modules.target_graph import gold_target_graph, graph_loss, piece_graph, predicted_tree
 from .decoders import register_decoder
@@ -98,6 +98,11 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
                            help="the paper's Figure 5 ablations, comma-separated: no_spatial (no graph "
                                 "convolution, so no graph and no graph loss), no_temporal, static_weight (no GRU "
                                 "over W), static_adjacency (no refinement of A from the nodes)")
+        group.add_argument("--dyn-stgcd-graph-attention", choices=GRAPH_ATTENTION_SCORES, metavar="SCORES",
+                           help="scores of eq. 7's graph-attention coefficients: gat (the paper's, Velickovic et "
+                                "al.; every row ranks the candidate nodes alike, so the graph gives every word the "
+                                "same head) or gatv2 (Brody et al.'s a . LeakyReLU(W_i y_i + W_j y_j), each row "
+                                "its own ranking; not in the paper). Default gat")
         group.add_argument("--dyn-stgcd-no-encoder-attention", action="store_true", default=None,
                            help="no attention to the encoder output in the blocks (the source reaches the decoder "
                                 "as <sog> and R^e only)")
@@ -138,7 +143,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         self.blocks = nn.ModuleList(
             Block(i, layers, dim, encoder_dim, cfg.decoder.attention_heads, kernel_size, cfg.dropout,
                   cfg.attention_dropout, encoder_attention, walk_dims, target_walks if i == layers - 1 else None,
-                  ablations)
+                  ablations, getattr(cfg, "dyn_stgcd_graph_attention", None) or "gat")
             for i in range(layers))
         self.teacher_forced = bool(getattr(cfg, "dyn_stgcd_teacher_forced_adjacency", False))
         self.offload_activations = bool(getattr(cfg, "offload_activations", False))

@@ -48,22 +48,44 @@ def masked_softmax(scores: Tensor, allowed: Optional[Tensor], dim: int) -> Tenso
     return torch.nan_to_num(weights, nan=0.0) * allowed
 
 
+GRAPH_ATTENTION_SCORES = ("gat", "gatv2")
+
+
 class GraphAttentionCoefficients(nn.Module):
     """Ã of eq. 7: (B, n, n) float32 from node vectors (B, n, d), rows softmax-normalised over the real nodes
-    (node_mask None: all nodes are real)."""
+    (node_mask None: all nodes are real).
 
-    def __init__(self, embed_dim: int, attention_dim: int, negative_slope: float = 0.2):
+    `scores` "gat" is the paper's (Veličković et al.): LeakyReLU(psi_i . W y_i + psi_j . W y_j), increasing in the
+    candidate's term whatever the row, so every row ranks the candidates alike (Brody et al. 2022's "static
+    attention"; eq. 7's graph then gives every word the same head, docs/results.md). "gatv2" is Brody et al.'s
+    fix, a . LeakyReLU(W_i y_i + W_j y_j): the LeakyReLU between the two projections lets each row rank the
+    candidates its own way; not in the paper, an option beside it (--dyn-stgcd-graph-attention)."""
+
+    def __init__(self, embed_dim: int, attention_dim: int, negative_slope: float = 0.2, scores: str = "gat"):
         super().__init__()
-        self.project = nn.Linear(embed_dim, attention_dim, bias=False)  # W
-        self.psi = nn.Parameter(torch.empty(2, attention_dim))  # psi = [psi_i; psi_j]
+        if scores not in GRAPH_ATTENTION_SCORES:
+            raise ValueError(f"graph attention scores {scores!r}: not among {list(GRAPH_ATTENTION_SCORES)}")
+        self.scores = scores
         self.negative_slope = negative_slope
-        nn.init.xavier_uniform_(self.psi)
+        if scores == "gat":
+            self.project = nn.Linear(embed_dim, attention_dim, bias=False)  # W
+            self.psi = nn.Parameter(torch.empty(2, attention_dim))  # psi = [psi_i; psi_j]
+            nn.init.xavier_uniform_(self.psi)
+        else:
+            # W [y_i || y_j] = W_i y_i + W_j y_j, the two halves as one Linear of 2 x attention_dim outputs
+            self.project = nn.Linear(embed_dim, 2 * attention_dim, bias=False)
+            self.score = nn.Linear(attention_dim, 1, bias=False)  # a
 
     def forward(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
         projected = self.project(nodes).float()
-        scores = ((projected @ self.psi[0].float()).unsqueeze(2)       # psi_i . W y_i
-                  + (projected @ self.psi[1].float()).unsqueeze(1))    # psi_j . W y_j
-        scores = F.leaky_relu(scores, self.negative_slope)
+        if self.scores == "gat":
+            scores = ((projected @ self.psi[0].float()).unsqueeze(2)       # psi_i . W y_i
+                      + (projected @ self.psi[1].float()).unsqueeze(1))    # psi_j . W y_j
+            scores = F.leaky_relu(scores, self.negative_slope)
+        else:
+            rows, columns = projected.chunk(2, dim=-1)  # W_i y_i, W_j y_j
+            hidden = F.leaky_relu(rows.unsqueeze(2) + columns.unsqueeze(1), self.negative_slope)  # (B, n, n, d')
+            scores = hidden @ self.score.weight.float().view(-1)
         allowed = None if node_mask is None else node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
         return masked_softmax(scores, allowed, dim=2)
 
@@ -185,13 +207,13 @@ class DynamicGCN(nn.Module):
     the layer's outputs back through `next_state`)."""
 
     def __init__(self, dim: int, attention_dim: Optional[int] = None, dynamic_weight: bool = True,
-                 dynamic_adjacency: bool = True):
+                 dynamic_adjacency: bool = True, attention_scores: str = "gat"):
         super().__init__()
         self.dim = dim
         # the paper's Figure 5 ablations: W_t = W_{-1} at every step (no GRU); A_t without Ã (no refinement from
         # the nodes, so every adjacency entry follows the same content-free recurrence)
         self.dynamic_weight, self.dynamic_adjacency = dynamic_weight, dynamic_adjacency
-        self.attention = GraphAttentionCoefficients(dim, attention_dim or dim)
+        self.attention = GraphAttentionCoefficients(dim, attention_dim or dim, scores=attention_scores)
         self.weight = EvolvingWeight(dim)
         self.refine = nn.Linear(1, 1)  # eq. 7's Linear, one weight and bias for every entry
         nn.init.constant_(self.refine.weight, 1.0)

@@ -66,16 +66,19 @@ class SourceAttention(nn.Module):
 class Block(nn.Module):
     """One spatial-then-temporal block (position `index` of `count`); `ablations`: the paper's Figure 5 rows
     ("no_spatial": eq. 8's MLP on the block's input, no graph convolution, the identity as adjacency;
-    "no_temporal"; "static_weight"; "static_adjacency")."""
+    "no_temporal"; "static_weight"; "static_adjacency"); `graph_attention`: the scores of eq. 7's Ã
+    (GraphAttentionCoefficients)."""
 
     def __init__(self, index: int, count: int, dim: int, encoder_dim: int, heads: int, kernel_size: int,
                  dropout: float, attention_dropout: float, encoder_attention: bool, walk_dims: int,
-                 target_walks: Optional[WalkFeatures], ablations: Sequence[str] = ()):
+                 target_walks: Optional[WalkFeatures], ablations: Sequence[str] = (),
+                 graph_attention: str = "gat"):
         super().__init__()
         self.index, self.first, self.last = index, index == 0, index == count - 1
         self.spatial = "no_spatial" not in ablations
         self.gcn = DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
-                              dynamic_adjacency="static_adjacency" not in ablations)
+                              dynamic_adjacency="static_adjacency" not in ablations,
+                              attention_scores=graph_attention)
         in_dim = dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
         self.mlp = MLP(in_dim, dim, dropout)
         self.target_walks = target_walks
