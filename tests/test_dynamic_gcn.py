@@ -54,13 +54,19 @@ def naive_attention(module, nodes, mask):
     columns of padded nodes. Float64."""
     W = module.project.weight.detach().double()
     psi = module.psi.detach().double().reshape(-1)  # (2 * attention_dim,): psi^T [a || b] = psi_i . a + psi_j . b
-    batch, n, _ = nodes.shape
-    out = torch.zeros(batch, n, n, dtype=torch.float64)
 
     def score(b, i, j):
         e = float(psi @ torch.cat([W @ nodes[b, i].double(), W @ nodes[b, j].double()]))
         return math.exp(e if e > 0 else 0.2 * e)
 
+    return row_softmax_loop(score, mask)
+
+
+def row_softmax_loop(score, mask):
+    """ã_ij = score(b, i, j) / sum_{k in N_i} score(b, i, k), N_i = the real nodes; 0 in the rows and columns of
+    padded nodes (float64, (B, n, n))."""
+    batch, n = mask.shape
+    out = torch.zeros(batch, n, n, dtype=torch.float64)
     for b in range(batch):
         real = real_nodes(mask, b)
         for i in real:
@@ -78,21 +84,13 @@ def naive_attention_v2(module, nodes, mask):
     half = W.size(0) // 2
     W_i, W_j = W[:half], W[half:]
     a = module.score.weight.detach().double().reshape(-1)
-    batch, n, _ = nodes.shape
-    out = torch.zeros(batch, n, n, dtype=torch.float64)
 
     def score(b, i, j):
         hidden = W_i @ nodes[b, i].double() + W_j @ nodes[b, j].double()
         hidden = torch.where(hidden > 0, hidden, 0.2 * hidden)
         return math.exp(float(a @ hidden))
 
-    for b in range(batch):
-        real = real_nodes(mask, b)
-        for i in real:
-            total = sum(score(b, i, k) for k in real)
-            for j in real:
-                out[b, i, j] = score(b, i, j) / total
-    return out
+    return row_softmax_loop(score, mask)
 
 
 def naive_evolving_weight(module, nodes, mask, previous):
@@ -144,6 +142,22 @@ def naive_propagation(adjacency, mask, nodes, sog=None):
 
 # ---- 1. graph-attention coefficients (eq. 7) ---------------------------------------------------------------------
 
+def coefficients_match_their_loop(device, module, naive, generator):
+    """The module's coefficients (embed_dim 5) against `naive` on 4 rows of 6 nodes: full, right padding, left
+    padding, one real node (ã_00 = 1); gives (nodes, mask, the loop's coefficients)."""
+    mask = torch.tensor([[True] * 6,
+                         [True, True, True, True, False, False],
+                         [False, False, True, True, True, True],
+                         [True, False, False, False, False, False]])
+    nodes = random_nodes(generator, mask, 5)
+    got = on(device, module)(on(device, nodes), on(device, mask)).cpu()
+    assert got.dtype == torch.float32 and got.shape == (4, 6, 6)
+    expected = naive(module, nodes, mask)
+    torch.testing.assert_close(got.double(), expected, **TOLERANCES)
+    assert float(expected[3, 0, 0]) == 1.0
+    return nodes, mask, expected
+
+
 def test_graph_attention_coefficients_equal_the_softmax_over_real_neighbours(device):
     """Eq. 7's ã_ij = exp(LR(psi^T [W y_i || W y_j])) / sum_{k in N_i} exp(...), LeakyReLU slope 0.2, N_i = the
     real nodes, with the module's own W and psi; rows and columns of padded nodes are 0, and the garbage in padded
@@ -153,16 +167,7 @@ def test_graph_attention_coefficients_equal_the_softmax_over_real_neighbours(dev
     module = GraphAttentionCoefficients(embed_dim=5, attention_dim=3)
     with torch.no_grad():
         module.psi.mul_(4.0)  # scores on both sides of the LeakyReLU's kink
-    mask = torch.tensor([[True] * 6,
-                         [True, True, True, True, False, False],  # right padding
-                         [False, False, True, True, True, True],  # left padding
-                         [True, False, False, False, False, False]])  # one real node: ã_00 = 1
-    nodes = random_nodes(generator, mask, 5)
-    got = on(device, module)(on(device, nodes), on(device, mask)).cpu()
-    assert got.dtype == torch.float32 and got.shape == (4, 6, 6)
-    expected = naive_attention(module, nodes, mask)
-    torch.testing.assert_close(got.double(), expected, **TOLERANCES)
-    assert float(expected[3, 0, 0]) == 1.0
+    nodes, mask, _ = coefficients_match_their_loop(device, module, naive_attention, generator)
     # the kink is exercised: some scores are negative, some positive
     W, psi = module.project.weight.detach(), module.psi.detach().reshape(-1)
     raw = [float(psi @ torch.cat([W @ nodes[0, i], W @ nodes[0, j]])) for i in range(6) for j in range(6)]
@@ -201,16 +206,7 @@ def test_gatv2_coefficients_equal_the_softmax_of_their_loop_and_rank_per_row(dev
     module = GraphAttentionCoefficients(embed_dim=5, attention_dim=3, scores="gatv2")
     with torch.no_grad():
         module.score.weight.mul_(4.0)
-    mask = torch.tensor([[True] * 6,
-                         [True, True, True, True, False, False],  # right padding
-                         [False, False, True, True, True, True],  # left padding
-                         [True, False, False, False, False, False]])  # one real node: ã_00 = 1
-    nodes = random_nodes(generator, mask, 5)
-    got = on(device, module)(on(device, nodes), on(device, mask)).cpu()
-    assert got.dtype == torch.float32 and got.shape == (4, 6, 6)
-    expected = naive_attention_v2(module, nodes, mask)
-    torch.testing.assert_close(got.double(), expected, **TOLERANCES)
-    assert float(expected[3, 0, 0]) == 1.0
+    _, mask, expected = coefficients_match_their_loop(device, module, naive_attention_v2, generator)
     assert len(set(rankings(expected, mask, 0))) > 1
     with pytest.raises(ValueError, match="gatv3"):
         GraphAttentionCoefficients(embed_dim=5, attention_dim=3, scores="gatv3")
