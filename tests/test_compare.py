@@ -231,6 +231,34 @@ def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path
                                                          made["dyn_stgcd"])]
     assert option_value(args, "--target-parser") == resolved("de_gsd_pud") and "--target-transitions" not in args
     assert compare.generates_trees("dyn_stgcd") and not compare.generates_trees("dyn_stgcd_no_spatial")
+    # ...and its trees are read again with the references forced (Li et al.'s B.3), once per run: generate with
+    # --score-reference into the run's own files, then the parser's parse of them; a transition system's trees on
+    # forced references would be the reference's own parse, so Linearized has none
+    assert compare.reads_trees_on_references("dyn_stgcd") and compare.reads_trees_on_references("dyn_stgcd_gatv2")
+    assert not compare.reads_trees_on_references("linearized")
+    assert not compare.reads_trees_on_references("dyn_stgcd_no_spatial")
+    commands = []
+
+    def fake_run(command, log_path, threads):
+        command = [str(a) for a in command]
+        commands.append(command)
+        written = option_value(command, "--trees-out") or option_value(command, "--out")
+        Path(written).write_text("1\tx\t_\t_\t_\t_\t0\t_\t_\t_\n\n")
+
+    monkeypatch.setattr(compare, "run", fake_run)
+    comparison.run_dir("en-de.spacy", "dyn_stgcd", 3).mkdir(parents=True)
+    forced, forced_parsed = comparison.trees_on_references(bins["en-de.spacy"], made["dyn_stgcd"], "dyn_stgcd", 3)
+    assert (forced, forced_parsed) == comparison.tree_files("en-de.spacy", "dyn_stgcd", 3, on_references=True)
+    assert forced.exists() and forced_parsed.exists() and forced != comparison.tree_files("en-de.spacy", "dyn_stgcd",
+                                                                                         3)[0]
+    generate, parse = commands
+    assert "--score-reference" in generate and option_value(generate, "--beam") == "1"
+    assert generate[1] == str(made["dyn_stgcd"]) and option_value(generate, "--gen-subset") == "test"
+    assert option_value(generate, "--path") == str(comparison.checkpoint("en-de.spacy", "dyn_stgcd", 3))
+    assert parse[1] == "parse-trees" and option_value(parse, "--generated-trees") == str(forced)
+    assert option_value(parse, "--parser") == resolved("de_gsd_pud")
+    comparison.trees_on_references(bins["en-de.spacy"], made["dyn_stgcd"], "dyn_stgcd", 3)
+    assert len(commands) == 2  # made once
 
 
 def test_linearized_needs_a_valid_target_parser_in_the_profile(tmp_path, capsys):
@@ -273,6 +301,14 @@ def test_tree_scores_over_seeds_in_the_report():
     assert rows[2] == "| en-de.x | linearized | supar:@de_gsd_pud | 2 | 19.00 ± 1.41 | 65.00 ± 7.07 | 52.00 ± 2.83 | " \
                       "100, 100 |"
     assert compare.trees_table({"en-de.x": {"summary": {}, "trees": {}}}) == []
+
+    # trees without labels (Dyn-STGCD's): LAS None in every seed, "n/a" in the table, UAS still averaged
+    per_seed = {1: seed(18.0, 10.0, None), 2: seed(20.0, 14.0, None)}
+    trees = compare.summarize_trees(per_seed, ["vanilla", "linearized"])
+    assert trees["linearized"]["las"]["mean"] is None and trees["linearized"]["uas"]["mean"] == pytest.approx(12.0)
+    rows = compare.trees_table({"en-de.x": {"summary": summarize_seeds(per_seed, "vanilla"), "trees": trees,
+                                            "tree_parser": "p"}})
+    assert rows[2] == "| en-de.x | linearized | p | 2 | 19.00 ± 1.41 | 12.00 ± 2.83 | n/a | 100, 100 |"
 
 
 def results_json(scores, p_values=None):

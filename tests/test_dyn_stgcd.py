@@ -253,6 +253,7 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
         words = [token["form"] for token in sentence]
         assert words == (detokenized[int(sentence.metadata["sent_id"])].split() or ["_"])
         assert all(0 <= token["head"] <= len(words) and token["head"] != token["id"] for token in sentence)
+        assert all(token["deprel"] in (None, "_") for token in sentence)  # arcs only: no made-up label
     if "--encoder-syntax" not in arch:
         # sampling, two hypotheses per sentence, an ensemble of the checkpoint with itself: a tree for each
         # hypothesis (rank r > 0 named "id.r"), over its own words (the ensemble's hypotheses, the first model's graph)
@@ -274,6 +275,16 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
         for i, texts in hypotheses.items():
             for rank, text in enumerate(texts):
                 assert by_name[name(i, rank)] == (text.split() or ["_"])
+        # the references forced (--score-reference, Li et al.'s B.3 measure, as compare.py reads it): one tree per
+        # sentence over the reference's own words
+        forced_trees = tmp_path / "forced.conllu"
+        forced = run_cli("fairseq-generate", *cli_common(destdir), "--path", checkpoint, "--gen-subset", "valid",
+                         "--score-reference", "--beam", "1", "--trees-out", forced_trees)
+        references = {int(m.group(1)): m.group(2) for m in re.finditer(r"^T-(\d+)\t(.*)$", forced.stdout, re.M)}
+        assert sorted(references) == list(range(VALID))
+        forced_words = {int(s.metadata["sent_id"]): [token["form"] for token in s]
+                        for s in conllu.parse(forced_trees.read_text(encoding="utf-8"))}
+        assert forced_words == {i: text.split() for i, text in references.items()}
     # the evaluator scores them against spaCy's parse of the same words
     from fairseq_syntax.evaluation.cli import main
 
@@ -285,7 +296,7 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
     scores = main(["--system", f"dyn={system}", "--references", str(destdir / "valid.en.txt"),
                    "--bootstrap-samples", "0", "--quiet", "--generated-trees", f"dyn={trees}",
                    "--parsed-trees", f"dyn={parsed}"])["systems"]["dyn"]["trees"]
-    assert scores["sentences"] == VALID and 0 <= scores["uas"] <= 100
+    assert scores["sentences"] == VALID and 0 <= scores["uas"] <= 100 and scores["las"] is None
 
 
 def test_predicted_tree_reads_heads_from_first_pieces_rows():

@@ -293,6 +293,16 @@ def test_attachment_scores_by_hand():
         metrics.attachment_scores([[2, 0]], [["a", "root"]], [[0]], [["root"]])
 
 
+def test_unlabeled_trees_have_no_las():
+    """Trees that carry arcs only (DEPREL `_`, as Dyn-STGCD's --trees-out writes them) get UAS and no LAS: a label
+    nobody predicted is not a wrong label. One labeled word makes the trees labeled again."""
+    gold_heads, gold_labels = [[2, 0, 2]], [["det", "root", "punct"]]
+    unlabeled = metrics.attachment_scores(gold_heads, gold_labels, [[2, 0, 1]], [["_", "_", "_"]])
+    assert unlabeled["uas"] == pytest.approx(200 / 3) and unlabeled["las"] is None
+    partly = metrics.attachment_scores(gold_heads, gold_labels, [[2, 0, 1]], [["det", "_", "_"]])
+    assert partly["las"] == pytest.approx(100 / 3)
+
+
 CONLLU_GOLD = """# text = The dog barks .
 1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_
 2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_

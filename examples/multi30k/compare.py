@@ -19,9 +19,12 @@ with target-side transitions (Linearized) trains on a data-bin of its own whose 
 data-bin's target_transitions_parser (the target language's parser); its test translation also writes the
 generated trees (--trees-out), which that parser parses again over the same words (fairseq-syntax-evaluate
 parse-trees), so the evaluator reports their UAS/LAS beside its BLEU (its hypotheses are scored on plain text
-against the shared references like every other system's). With challenge_per_set > 0, Choshen & Abend's
-challenge sets of the data-bin's direction are translated by the runs of the profile's first seed (whichever
---seeds an invocation gives: `--seeds 2` alone translates none), each right after its test, and scored per set.
+against the shared references like every other system's). A graph decoder (Dyn-STGCD) writes its trees the same
+way, and its run record also gets them read with the test references forced (--score-reference), against the
+parser's parse of the references: Li et al.'s consistency measure (appendix B.3). With challenge_per_set > 0,
+Choshen & Abend's challenge sets of the data-bin's direction are translated by the runs of the profile's first seed
+(whichever --seeds an invocation gives: `--seeds 2` alone translates none), each right after its test, and scored
+per set.
 
 --device cuda runs everything on the GPU (--fp16 / --bf16 for half precision training and generation), --jobs N
 trains and translates N systems at once (on CPU each gets cores/N threads; two 1-thread trainings on 2 cores do
@@ -45,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from statistics import mean, median, stdev
+from statistics import median
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -64,7 +67,7 @@ from fairseq_syntax.evaluation.learning_curves import (  # noqa: E402
     best_validation, plot_learning_curves, read_validations,
 )
 from fairseq_syntax.evaluation.scoring import evaluate_systems  # noqa: E402
-from fairseq_syntax.evaluation.seeds import mean_sd_text, summarize_seeds  # noqa: E402
+from fairseq_syntax.evaluation.seeds import mean_sd, mean_sd_text, summarize_seeds  # noqa: E402
 from fairseq_syntax.evaluation.system_outputs import (  # noqa: E402
     PieceDecoder, data_bin_files, read_linemap, read_system, read_text_lines,
 )
@@ -183,14 +186,16 @@ def train_command(profile: Profile, settings: Settings, destdir: Path, src: str,
 
 
 def generate_command(profile: Profile, settings: Settings, destdir: Path, src: str, tgt: str, checkpoint: Path,
-                     split: str, trees_out: Optional[Path] = None) -> List:
+                     split: str, trees_out: Optional[Path] = None, score_reference: bool = False) -> List:
     """fairseq-generate of one split; `trees_out`: also write the generated trees there (--trees-out, a data-bin
-    whose target side has transitions)."""
+    whose target side has transitions or a graph decoder); `score_reference`: the references forced instead of
+    searched (--score-reference: their trees as the model reads them, one hypothesis each)."""
     device = ["--cpu"] if settings.device == "cpu" else []
     precision = ["--fp16"] if settings.precision == "fp16" else []  # fairseq-generate has no bf16: fp32 there
     trees = ["--trees-out", trees_out] if trees_out else []
+    search = ["--score-reference", "--beam", 1] if score_reference else ["--beam", profile.beam]
     return [BIN / "fairseq-generate", destdir, "--user-dir", REPO / "fairseq_syntax", "--task", "syntax_translation",
-            "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, "--beam", profile.beam,
+            "-s", src, "-t", tgt, "--path", checkpoint, "--gen-subset", split, *search,
             "--batch-size", "64", "--num-workers", "0", *device, *precision, *trees]
 
 
@@ -244,6 +249,13 @@ def generates_trees(system: str) -> bool:
     return bool(own and own.target_parser and own.writes_trees)
 
 
+def reads_trees_on_references(system: str) -> bool:
+    """Whether `system`'s trees are also read with the test references forced (Dyn-STGCD's graph: the paper's
+    appendix B.3 measure, UAS against the parser's parse of the references)."""
+    own = OWN_DATA_BINS.get(system)
+    return generates_trees(system) and bool(own.trees_on_references)
+
+
 def check_target_parsers(profile: Profile, systems: List[str]) -> None:
     """Every data-bin has a target-language parser for the systems that need one (SystemExit naming the profile
     file and the data-bin otherwise)."""
@@ -267,8 +279,7 @@ def summarize_trees(per_seed: Dict[int, dict], systems: List[str]) -> Dict[str, 
             continue
         entry = {"seeds": list(scores), "words": [t["words"] for t in scores.values()]}
         for metric in ("uas", "las"):
-            values = [t[metric] for t in scores.values()]
-            entry[metric] = {"values": values, "mean": mean(values), "sd": stdev(values) if len(values) > 1 else None}
+            entry[metric] = mean_sd([t[metric] for t in scores.values()])
         summary[system] = entry
     return summary
 
@@ -382,10 +393,12 @@ class Comparison:
 
     # ---- training and translation --------------------------------------------------------------------------
 
-    def tree_files(self, bin_name: str, system: str, seed: int):
-        """(generated trees, their parse) of a system's test translation."""
+    def tree_files(self, bin_name: str, system: str, seed: int, on_references: bool = False):
+        """(generated trees, their parse) of a system's test translation, or (`on_references`) of its forced test
+        references."""
         work = self.run_dir(bin_name, system, seed)
-        return work / "trees.test.conllu", work / "trees.test.parsed.conllu"
+        which = "forced-references.test" if on_references else "test"
+        return work / f"trees.{which}.conllu", work / f"trees.{which}.parsed.conllu"
 
     def run_dir(self, bin_name: str, system: str, seed: int) -> Path:
         return self.out / "systems" / bin_name / system / f"seed{seed}"
@@ -427,12 +440,39 @@ class Comparison:
             run(parse_trees_command(self.transitions_parser(data_bin), data_bin.tgt, trees, parsed),
                 work / "parse-trees.log", self.settings.threads)
             self.record_run(key, parse_trees_seconds=round(time.time() - started, 1))
+        if reads_trees_on_references(system):
+            self.trees_on_references(data_bin, destdir, system, seed)
         self.write_record(data_bin, destdir, shared or destdir, system, seed, output)
         if challenge_seed(self.profile, [seed]) is not None:
             # right after the run's test, so that its challenge record exists once the run is done, whatever the
             # invocation's other runs (a session can end before they do)
             self.challenge_run(data_bin, destdir, shared or destdir, system, seed)
         return output
+
+    def trees_on_references(self, data_bin: DataBin, destdir: Path, system: str, seed: int) -> Tuple[Path, Path]:
+        """The run's trees with the test references forced (fairseq-generate --score-reference --trees-out) and the
+        target parser's parse of them, each made once."""
+        key = f"{data_bin.name}/{system}/seed{seed}"
+        trees, parsed = self.tree_files(data_bin.name, system, seed, on_references=True)
+        work = self.run_dir(data_bin.name, system, seed)
+        if not trees.exists():
+            log(f"reading the trees of {key} on the forced test references")
+            parsed.unlink(missing_ok=True)
+            started = time.time()
+            partial = trees.with_name(trees.name + ".tmp")
+            run(generate_command(self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
+                                 self.checkpoint(data_bin.name, system, seed), "test", partial, score_reference=True),
+                work / "generate.forced-references.test.txt", self.settings.threads)
+            os.replace(partial, trees)
+            self.record_run(key, forced_trees_seconds=round(time.time() - started, 1))
+        if not parsed.exists():
+            started = time.time()
+            partial = parsed.with_name(parsed.name + ".tmp")
+            run(parse_trees_command(self.transitions_parser(data_bin), data_bin.tgt, trees, partial),
+                work / "parse-trees.forced-references.log", self.settings.threads)
+            os.replace(partial, parsed)
+            self.record_run(key, parse_forced_trees_seconds=round(time.time() - started, 1))
+        return trees, parsed
 
     def challenge_run(self, data_bin: DataBin, destdir: Path, shared: Path, system: str, seed: int) -> Path:
         """The run's translations of the challenge sets (the split added to its data-bin once, the same pairs as the
@@ -466,6 +506,9 @@ class Comparison:
             uas_las, _ = tree_scores(system, trees, parsed)
             test["trees"] = {"uas": uas_las["uas"], "las": uas_las["las"], "words": uas_las["words"],
                              "parser": data_bin.transitions_parser}
+            if reads_trees_on_references(system):
+                forced, _ = tree_scores(system, *self.tree_files(data_bin.name, system, seed, on_references=True))
+                test["trees"]["on_references"] = {"uas": forced["uas"], "words": forced["words"]}
         work = self.run_dir(data_bin.name, system, seed)
         curves = read_validations(work / "train.log")
         best = best_validation(curves) if self.profile.checkpoint == "best" else None
@@ -485,6 +528,10 @@ class Comparison:
                 "test": portable_command(generate_command(self.profile, self.settings, destdir, data_bin.src,
                                                           data_bin.tgt, self.checkpoint(data_bin.name, system, seed),
                                                           "test")),
+                **({"trees_on_references": portable_command(generate_command(
+                    self.profile, self.settings, destdir, data_bin.src, data_bin.tgt,
+                    self.checkpoint(data_bin.name, system, seed), "test", Path("TREES.conllu"), score_reference=True))}
+                   if reads_trees_on_references(system) else {}),
                 "compare": portable_command([Path(sys.argv[0]).resolve(), *sys.argv[1:]])},
             "code": code_version(),
             "machine": {"name": machine_name(self.settings.device), "device": self.settings.device,
@@ -492,7 +539,8 @@ class Comparison:
                         "jobs": self.settings.jobs},
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
             "seconds": {key: facts[key] for key in ("train_seconds", "test_translate_seconds", "parse_trees_seconds",
-                                                    "resumed") if key in facts},
+                                                    "forced_trees_seconds", "parse_forced_trees_seconds", "resumed")
+                        if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
                          **speed_record(tokens_per_second, word_share, sampled_positions(trained, system)),

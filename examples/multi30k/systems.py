@@ -107,6 +107,9 @@ class OwnDataBin:
     supar_source: bool = False
     target_parser: bool = False  # parses the target side (`target_parser` of own_data_bin_command)
     writes_trees: bool = True  # with target_parser: the system generates trees (fairseq-generate --trees-out)
+    # its trees can be read on the references too (a graph predicted beside the words it is given, not a transition
+    # sequence that would be the reference's tree itself): Li et al.'s consistency measure (appendix B.3)
+    trees_on_references: bool = False
 
 
 # Systems whose method lives in the data (or reads the target parse).
@@ -119,7 +122,8 @@ OWN_DATA_BINS = {
     **{system: OwnDataBin("transitions", ("--target-transitions", "--projectivize"), target_parser=True)
        for system in TRANSITION_SYSTEMS},
     # the target parse as channels (the gold graph of the graph loss); without spatial convolution no graph
-    **{system: OwnDataBin("target-parse", (), target_parser=True, writes_trees=system != "dyn_stgcd_no_spatial")
+    **{system: OwnDataBin("target-parse", (), target_parser=True, writes_trees=system != "dyn_stgcd_no_spatial",
+                          trees_on_references=system != "dyn_stgcd_no_spatial")
        for system in DYN_STGCD_SYSTEMS},
 }
 

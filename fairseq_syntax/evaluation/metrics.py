@@ -220,6 +220,10 @@ def _label_at_level(label: str, level: str) -> str:
     return label.split(":")[0] if level == "universal" else label
 
 
+# CoNLL-U's DEPREL of a word whose label is not given (read back as "_" by conllu_reader without the label check)
+UNLABELED = ("_", "", None)
+
+
 def attachment_scores(gold_heads: Sequence[Sequence[int]], gold_labels: Sequence[Sequence[str]],
                       pred_heads: Sequence[Sequence[int]], pred_labels: Sequence[Sequence[str]],
                       ignore_labels: Sequence[str] = (), label_level: str = "full",
@@ -232,6 +236,8 @@ def attachment_scores(gold_heads: Sequence[Sequence[int]], gold_labels: Sequence
     `label_level`, e.g. "punct") are not counted. label_level "universal" compares labels without their subtype
     ("nmod:poss" == "nmod"). The two sides must have the same words: the sentence counts and every sentence's
     length must agree (and the words themselves when gold_words/pred_words are given), otherwise EvaluationError.
+    LAS is None when the predicted trees carry no labels at all (every DEPREL `_`: a decoder that predicts arcs
+    only, such as Dyn-STGCD), rather than a score against labels nobody predicted.
     """
     if label_level not in ("full", "universal"):
         raise EvaluationError(f"label_level must be 'full' or 'universal', got {label_level!r}")
@@ -260,7 +266,9 @@ def attachment_scores(gold_heads: Sequence[Sequence[int]], gold_labels: Sequence
                 unlabeled += 1
                 if g_label == p_label:
                     labeled += 1
-    return {"uas": 100.0 * unlabeled / total if total else 0.0, "las": 100.0 * labeled / total if total else 0.0,
+    labeled_trees = any(label not in UNLABELED for labels in pred_labels for label in labels)
+    las = (100.0 * labeled / total if total else 0.0) if labeled_trees else None
+    return {"uas": 100.0 * unlabeled / total if total else 0.0, "las": las,
             "words": total, "ignored_words": ignored, "sentences": len(gold_heads)}
 
 

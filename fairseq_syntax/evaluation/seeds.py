@@ -6,7 +6,7 @@ corpus BLEU of the system against the baseline's (a seed's luck is the variance 
 with one seed, sacrebleu's paired bootstrap of that run (test-set sampling only)."""
 import math
 from statistics import mean, stdev
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 from scipy import stats
 
@@ -25,10 +25,8 @@ def summarize_seeds(per_seed: Mapping[int, Mapping], baseline: Optional[str]) ->
         present = [seed for seed in seeds if system in per_seed[seed]["systems"]]
         entry: Dict[str, object] = {"seeds": present}
         for metric in METRICS:
-            values = [per_seed[seed]["systems"][system][metric]["score"] for seed in present
-                      if per_seed[seed]["systems"][system].get(metric) is not None]
-            entry[metric] = {"values": values, "mean": mean(values) if values else None,
-                             "sd": stdev(values) if len(values) > 1 else None}
+            entry[metric] = mean_sd([per_seed[seed]["systems"][system][metric]["score"] for seed in present
+                                     if per_seed[seed]["systems"][system].get(metric) is not None])
         runs = []
         for seed in present:
             boot = per_seed[seed].get("bootstrap")
@@ -47,6 +45,14 @@ def summarize_seeds(per_seed: Mapping[int, Mapping], baseline: Optional[str]) ->
         elif len(entry["bleu_runs"]) == 1:
             entry["test"], entry["p_value"] = "bootstrap", entry["bleu_runs"][0]["p_value"]
     return summary
+
+
+def mean_sd(values: Sequence[Optional[float]]) -> Dict[str, object]:
+    """{"values", "mean", "sd"} of the runs that have the score (None marks a run without it, e.g. the LAS of
+    unlabeled trees): mean None without any, sd None with fewer than two."""
+    present = [value for value in values if value is not None]
+    return {"values": present, "mean": mean(present) if present else None,
+            "sd": stdev(present) if len(present) > 1 else None}
 
 
 def welch_p_value(a, b) -> Optional[float]:

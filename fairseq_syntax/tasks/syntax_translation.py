@@ -308,7 +308,8 @@ class SyntaxTranslationTask(TranslationTask):
         for (_, sentence_id, rank, _), (word_pieces, heads) in zip(chosen, trees):
             name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
             words = [segmenter.decode(pieces).strip() or "_" for pieces in word_pieces]
-            tree = ParsedSentence(words, [""] + [" "] * (len(words) - 1), heads, ["dep"] * len(words))
+            # the decoder predicts arcs only: DEPREL `_` (CoNLL-U's "not given"), so the evaluator reports no LAS
+            tree = ParsedSentence(words, [""] + [" "] * (len(words) - 1), heads, ["_"] * len(words))
             self._trees[(sentence_id, rank)] = conllu_sentence(tree, name, None)
 
     def _input_lines_of(self, src_tokens: torch.Tensor) -> List[int]:
