@@ -20,7 +20,7 @@ from fairseq_syntax.modules.spatial_temporal_block import ABLATIONS
 from fairseq_syntax.modules.target_graph import gold_target_graph, predicted_tree
 
 from .helpers import (
-    USER_DIR, assert_incremental_decoding_equals_full, cli_common, four_hypotheses_of_one_source, run_cli,
+    REPO, USER_DIR, assert_incremental_decoding_equals_full, cli_common, four_hypotheses_of_one_source, run_cli,
     train_few_updates, write_ewt_sample,
 )
 
@@ -406,3 +406,42 @@ def test_word_level_distillation_adds_the_teachers_soft_targets(parsed_bin, tmp_
     assert float(logging_kd["aux_distillation"]) == pytest.approx(expected, rel=1e-4)
     assert float(loss_kd) == pytest.approx(float(loss) + 0.5 * expected, rel=1e-4)
     torch.testing.assert_close(logging_kd["aux_" + GRAPH_LOSS], logging["aux_" + GRAPH_LOSS])
+
+
+def test_head_accuracy_of_the_graph_fit_reads_each_rows_largest_entry_off_the_diagonal():
+    """examples/multi30k/graph_heads_fit.py's measure, by hand: nodes BOS, a, b, c (+ one padding column); gold
+    heads a -> b, b -> BOS (root), c -> b."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples" / "multi30k"))
+    from graph_heads_fit import head_accuracy
+
+    mask = torch.tensor([[True, True, True, True, False]])
+    gold = torch.eye(5).unsqueeze(0) * mask.unsqueeze(1)
+    gold[0, 1, 2] = gold[0, 2, 0] = gold[0, 3, 2] = 1.0
+    assert head_accuracy(gold, gold, mask) == pytest.approx(100.0)
+    predicted = torch.full((1, 5, 5), 0.1)
+    predicted[0].fill_diagonal_(0.9)          # the diagonal never counts
+    predicted[0, 1, 2] = 0.5                  # a -> b: right
+    predicted[0, 2, 3] = 0.5                  # b -> c: wrong
+    predicted[0, 3, 4] = 0.8                  # c -> the padding column: never counts, so c's best is...
+    predicted[0, 3, 2] = 0.3                  # ... b: right
+    predicted[0, 0, 1] = 0.7                  # BOS's row is not scored
+    assert head_accuracy(predicted, gold, mask) == pytest.approx(200 / 3)
+
+
+def test_graph_fit_runs_and_reports_every_step_asked(parsed_bin, capsys):
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples" / "multi30k"))
+    from graph_heads_fit import main
+
+    _, destdir = parsed_bin
+    main([str(destdir), "-s", "de", "-t", "en", "--sentences", "4", "--min-tokens", "1", "--max-tokens", "40",
+          "--steps", "2", "--every", "1", "--", "--arch", "dyn_stgcd_tiny"])
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["step"] for r in reports] == [0, 1, 2]
+    assert all(0 <= r["head_accuracy"] <= 100 for r in reports) and reports[-1]["graph_loss"] > 0
+    with pytest.raises(SystemExit, match="predicts no graph"):
+        main([str(destdir), "-s", "de", "-t", "en", "--steps", "1", "--", "--arch", "transformer_pascal_tiny"])
