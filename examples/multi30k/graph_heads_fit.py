@@ -85,11 +85,11 @@ def main(argv=None):
             model.eval()
             with torch.no_grad():
                 _, extra = model(**net_input)
-            print(json.dumps({"step": step, "head_accuracy": round(head_accuracy(extra["adjacency"], gold, node_mask),
-                                                                   2),
-                              **{key: round(float(logged[key]), 3) for key in ("loss", "nll_loss") if key in logged},
-                              **({"graph_loss": round(float(logged["aux_target_graph"]), 3)}
-                                 if "aux_target_graph" in logged else {}),
+            # the losses are those of the last training step (none before the first)
+            losses = {name: round(float(logged[key]), 3) for name, key in
+                      (("loss", "loss"), ("nll_loss", "nll_loss"), ("graph_loss", "aux_target_graph")) if key in logged}
+            accuracy = round(head_accuracy(extra["adjacency"], gold, node_mask), 2)
+            print(json.dumps({"step": step, "head_accuracy": accuracy, **losses,
                               "seconds": round(time.time() - started)}), flush=True)
         if step == args.steps:
             break
