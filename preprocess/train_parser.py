@@ -201,7 +201,11 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
         data["test"] = os.path.join(workdir, "test-placeholder.conllu")
         prepare_conllu([dev_file], data["test"], limit=1)
 
-    kwargs = dict(path=output, train=data["train"], dev=data["dev"], test=data["test"],
+    # SuPar saves the model at every epoch that improves on dev: it is written in the work directory and takes its
+    # place at `output` only once trained and scored, so that a model at `output` is always a finished one (make
+    # and compare.py take an existing file for done; an interrupted run left a half-trained parser there)
+    partial = os.path.join(workdir, "model.supar")
+    kwargs = dict(path=partial, train=data["train"], dev=data["dev"], test=data["test"],
                   build=True, checkpoint=False, epochs=epochs, patience=patience, seed=seed, verbose=True)
     if batch_size:
         kwargs["batch_size"] = batch_size
@@ -210,20 +214,21 @@ def train(train_files: Sequence[str], dev_file: str, output: str, test_file: str
     with _supar_training_output(os.path.join(workdir, "train.log")) as logger, _quiet_supar_warnings():
         logger.info("\n" + str(args))
         parser = BiaffineDependencyParser.build(**args)
-        # train() reloads the best model from `output` (written by this very run) at the end
-        with trusted_supar_checkpoint(output):
+        # train() reloads the best model from `partial` (written by this very run) at the end
+        with trusted_supar_checkpoint(partial):
             parser.train(**args)
     elapsed = time.time() - start
 
     scores = {"model": output, "config": config, "epochs": epochs, "best_epoch": getattr(parser, "best_e", None),
               "seed": seed, "train_files": list(train_files), "train": train_stats,
               "train_seconds": round(elapsed, 1), "punct": True}
-    scores["dev"] = evaluate_parser(output, dev_file)
+    scores["dev"] = evaluate_parser(partial, dev_file)
     if test_file:
-        scores["test"] = evaluate_parser(output, test_file)
+        scores["test"] = evaluate_parser(partial, test_file)
     with open(output + ".scores.json", "w", encoding="utf-8") as f:
         json.dump(scores, f, indent=2)
         f.write("\n")
+    os.replace(partial, output)
     return scores
 
 

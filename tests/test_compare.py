@@ -1159,6 +1159,47 @@ def test_parsers_and_data_bins_are_made_with_the_threads_asked_for(tmp_path, mon
             assert env.get("OMP_NUM_THREADS") == expected, name
 
 
+def test_invocations_sharing_out_make_each_parser_and_data_bin_once(tmp_path, monkeypatch):
+    """A campaign runs several compare.py invocations on one OUT: while one trains a parser or makes a data-bin the
+    others wait for it, then reuse it (two once wrote one data-bin at the same time, one with a half-trained
+    parser)."""
+    import threading
+
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    data_bin = next(b for b in profile.bins if b.name == "en-de.spacy")
+    made = []
+
+    def fake_run(args, log_file=None, threads=None, append=False):
+        args = [str(a) for a in args]
+        made.append("parser" if "fairseq_syntax_preprocess.train_parser" in args else "data-bin")
+        time.sleep(0.3)  # long enough for the other invocation to find nothing made yet, without the lock
+        if made[-1] == "parser":
+            Path(args[args.index("--output") + 1]).write_text("model")
+        else:
+            destdir = tmp_path / "out" / "data" / data_bin.name
+            destdir.mkdir(parents=True, exist_ok=True)
+            (destdir / "syntax.json").write_text("{}")
+
+    monkeypatch.setattr(compare, "run", fake_run)
+    errors = []
+
+    def invocation():
+        try:
+            comparison = compare.Comparison(profile, compare.Settings(tmp_path / "out"))
+            comparison.train_parser("en_ewt")
+            comparison.data_bin(data_bin)
+        except Exception as error:  # reported below: an exception in a thread would go unnoticed
+            errors.append(error)
+
+    threads = [threading.Thread(target=invocation) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert made == ["parser", "data-bin"]
+
+
 def test_ldd_profile_trains_ldd_as_the_papers_preset(tmp_path):
     """The ldd-multi30k profile's LDD and UDP rows get, through fairseq's own parsing, the model of the preset that
     is the paper's setting (transformer_ldd_paper_multi30k): every architecture option equal."""

@@ -109,6 +109,33 @@ def test_training_writes_model_and_scores(tiny_model):
     assert all(i.isdigit() for i in ids)
 
 
+def test_an_interrupted_training_leaves_no_model_at_the_output(tmp_path, monkeypatch):
+    """SuPar saves the model at every improving epoch; it reaches --output only once trained and scored, since make
+    and compare.py take an existing model file for a finished one (a second campaign invocation once parsed a
+    whole data-bin with the half-trained parser of the first)."""
+    if not EWT_TRAIN.is_file():
+        pytest.skip(f"UD English-EWT not found under {DATA_ROOT} (set DATA_ROOT)")
+    from fairseq_syntax_preprocess import train_parser
+
+    blocks = _read_sentences(EWT_TRAIN, 0, 60)
+    (tmp_path / "train.conllu").write_text("".join(blocks[:40]), encoding="utf-8")
+    (tmp_path / "dev.conllu").write_text("".join(blocks[40:]), encoding="utf-8")
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupted(*args, **kwargs):
+        raise Interrupted
+
+    monkeypatch.setattr(train_parser, "evaluate_parser", interrupted)  # stopped after SuPar's training
+    output = tmp_path / "out" / "en.supar"
+    with pytest.raises(Interrupted):
+        train_parser.train([str(tmp_path / "train.conllu")], str(tmp_path / "dev.conllu"), str(output),
+                           config="small", epochs=1, threads=1)
+    assert not output.exists()
+    assert (tmp_path / "out" / "en.supar.work" / "model.supar").is_file()  # SuPar did save one
+
+
 def test_evaluate_parser_matches_reported_scores(tiny_model):
     scores = json.loads(Path(str(tiny_model["model"]) + ".scores.json").read_text())
     again = evaluate_parser(str(tiny_model["model"]), str(tiny_model["dir"] / "dev.conllu.gz"))

@@ -316,13 +316,14 @@ class Comparison:
 
     def train_parser(self, name: str) -> Path:
         model = self.out / "parsers" / f"{name}.supar"
-        if not model.exists():
-            args, epochs = PARSERS[name]
-            log(f"training the {name} parser ({epochs} epochs)")
-            model.parent.mkdir(parents=True, exist_ok=True)
-            run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model,
-                 "--config", "small", "--epochs", epochs], self.out / "parsers" / f"{name}.log",
-                self.settings.preparation_threads)
+        # locked: the invocations of a campaign that share OUT make each parser once, the others wait for it
+        with locked(model.parent / f".{model.name}.lock"):
+            if not model.exists():
+                args, epochs = PARSERS[name]
+                log(f"training the {name} parser ({epochs} epochs)")
+                run([BIN / "python", "-m", "fairseq_syntax_preprocess.train_parser", *args, "--output", model,
+                     "--config", "small", "--epochs", epochs], self.out / "parsers" / f"{name}.log",
+                    self.settings.preparation_threads)
         return model
 
     def data_bin(self, data_bin: DataBin) -> Path:
@@ -330,10 +331,11 @@ class Comparison:
         command = preprocess_command(self.profile, self.settings.raw, data_bin,
                                      self.parser_spec(data_bin.source_parser),
                                      self.parser_spec(data_bin.target_parser), destdir)
-        self.require_same_command(destdir, command)
-        if not (destdir / "syntax.json").exists():
-            log(f"preprocessing {data_bin.name}")
-            run(command, self.out / "data" / f"{data_bin.name}.log", self.settings.preparation_threads)
+        with locked(destdir.parent / f".{destdir.name}.lock"):  # made once by the invocations sharing OUT
+            self.require_same_command(destdir, command)
+            if not (destdir / "syntax.json").exists():
+                log(f"preprocessing {data_bin.name}")
+                run(command, self.out / "data" / f"{data_bin.name}.log", self.settings.preparation_threads)
         return destdir
 
     @staticmethod
@@ -362,12 +364,13 @@ class Comparison:
                                  f"with the shared sentencepiece model: not in a word-vocabulary profile")
             destdir = self.out / "data" / f"{data_bin.name}.{own_data_bin_name(system)}"
             command = self.own_data_bin_args(data_bin, shared, system, destdir)
-            if own.target_parser:  # made with the target language's parser: reused only if made with the same
-                self.require_same_command(destdir, [BIN / "fairseq-syntax-preprocess", *command])
-            if not (destdir / "syntax.json").exists():
-                log(f"preprocessing {data_bin.name} for {system}")
-                run([BIN / "fairseq-syntax-preprocess", *command], self.out / "data" / f"{destdir.name}.log",
-                    self.settings.preparation_threads)
+            with locked(destdir.parent / f".{destdir.name}.lock"):
+                if own.target_parser:  # made with the target language's parser: reused only if made with it
+                    self.require_same_command(destdir, [BIN / "fairseq-syntax-preprocess", *command])
+                if not (destdir / "syntax.json").exists():
+                    log(f"preprocessing {data_bin.name} for {system}")
+                    run([BIN / "fairseq-syntax-preprocess", *command], self.out / "data" / f"{destdir.name}.log",
+                        self.settings.preparation_threads)
             require_same_lines(destdir, shared, "test")
             bins[system] = destdir
         return bins
