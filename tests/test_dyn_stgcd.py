@@ -56,6 +56,12 @@ def build(destdir, *options):
     return task, model
 
 
+def spaced_words(text):
+    """The words of a detokenized hypothesis as the trees have them: split at spaces only (sentencepiece's word
+    boundary); str.split() would also split at characters such as U+001C, which a sampled piece may hold."""
+    return [word for word in text.split(" ") if word]
+
+
 def shortest(task, count):
     dataset = task.dataset("valid")
     chosen = sorted(range(len(dataset)), key=lambda i: len(dataset[i]["target"]))[:count]
@@ -251,7 +257,7 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
     assert [int(s.metadata["sent_id"]) for s in written] == list(range(VALID))
     for sentence in written:
         words = [token["form"] for token in sentence]
-        assert words == (detokenized[int(sentence.metadata["sent_id"])].split() or ["_"])
+        assert words == (spaced_words(detokenized[int(sentence.metadata["sent_id"])]) or ["_"])
         assert all(0 <= token["head"] <= len(words) and token["head"] != token["id"] for token in sentence)
         assert all(token["deprel"] in (None, "_") for token in sentence)  # arcs only: no made-up label
     if "--encoder-syntax" not in arch:
@@ -274,7 +280,7 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
         assert sorted(by_name) == sorted(name(i, rank) for i in range(VALID) for rank in (0, 1))
         for i, texts in hypotheses.items():
             for rank, text in enumerate(texts):
-                assert by_name[name(i, rank)] == (text.split() or ["_"])
+                assert by_name[name(i, rank)] == (spaced_words(text) or ["_"])
         # the references forced (--score-reference, Li et al.'s B.3 measure, as compare.py reads it): one tree per
         # sentence over the reference's own words
         forced_trees = tmp_path / "forced.conllu"
@@ -331,9 +337,11 @@ def test_each_ablation_does_what_it_says_and_decodes_incrementally(parsed_bin, a
         for t in range(prev.size(1)):
             _, adjacency, states = decoder.step(prev[:, :t + 1], states, context)
     off_diagonal = adjacency[:, ~torch.eye(prev.size(1), dtype=torch.bool)]
-    if ablation in ("static_weight", "no_spatial"):  # (no spatial layer: no weight to evolve either)
+    if ablation == "static_weight":
         for block, state in zip(decoder.blocks, states):
             torch.testing.assert_close(state.weight, block.gcn.weight.initial.expand_as(state.weight))
+    elif ablation == "no_spatial":  # no spatial layer: no weight to evolve either
+        assert all(block.gcn is None and state.weight.numel() == 0 for block, state in zip(decoder.blocks, states))
     else:
         assert not torch.allclose(states[0].weight, decoder.blocks[0].gcn.weight.initial.expand_as(states[0].weight))
     if ablation == "static_adjacency":
@@ -346,6 +354,23 @@ def test_each_ablation_does_what_it_says_and_decodes_incrementally(parsed_bin, a
     else:
         assert off_diagonal.std() > 0
     assert (decoder.blocks[0].temporal is None) == (ablation == "no_temporal")
+
+
+@pytest.mark.parametrize("ablation", ("",) + ABLATIONS)
+def test_every_parameter_gets_a_gradient(parsed_bin, ablation):
+    """Every parameter of the model, and of each ablation, is reached by the training loss: an ablation builds
+    nothing it does not use (no_spatial once kept every block's dynamic GCN, static_weight the GRU, and
+    static_adjacency the graph attention: counted in the model's parameters, and an error under fairseq's DDP,
+    which does not look for unused parameters)."""
+    _, destdir = parsed_bin
+    options = ("--dyn-stgcd-ablations", ablation) if ablation else ()
+    task, model = build(destdir, *options)
+    model.train()
+    criterion = SyntaxLabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    loss, _, _ = criterion(model, shortest(task, 4))
+    loss.backward()
+    unreached = [name for name, parameter in model.named_parameters() if parameter.grad is None]
+    assert unreached == []
 
 
 def test_trees_out_needs_a_decoder_that_makes_a_graph(parsed_bin, tmp_path):

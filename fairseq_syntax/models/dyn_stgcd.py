@@ -123,7 +123,13 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         self.dropout = nn.Dropout(cfg.dropout)
         self.embed_to_graph = nn.Linear(embed_dim, dim) if dim != embed_dim else None
         encoder_dim = cfg.encoder.embed_dim
-        self.sog = nn.Linear(encoder_dim, dim)
+        ablations = [a.strip() for a in (getattr(cfg, "dyn_stgcd_ablations", None) or "").split(",") if a.strip()]
+        unknown = sorted(set(ablations) - set(ABLATIONS))
+        if unknown:
+            raise ValueError(f"--dyn-stgcd-ablations: {unknown} not among {list(ABLATIONS)}")
+        self.predicts_graph = "no_spatial" not in ablations
+        # <sog> enters the graph convolutions only (none without the spatial layer)
+        self.sog = nn.Linear(encoder_dim, dim) if self.predicts_graph else None
         walk_steps = int(getattr(cfg, "dyn_stgcd_walk_steps", None) if getattr(cfg, "dyn_stgcd_walk_steps", None)
                          is not None else 1)
         groups = parse_hidden_graphs(getattr(cfg, "dyn_stgcd_hidden_graphs", None) or "6x6,6x4")
@@ -135,11 +141,6 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         layers = cfg.decoder.layers
         kernel_size = int(getattr(cfg, "dyn_stgcd_kernel_size", None) or 3)
         encoder_attention = not (no_encoder_attn or getattr(cfg, "dyn_stgcd_no_encoder_attention", False))
-        ablations = [a.strip() for a in (getattr(cfg, "dyn_stgcd_ablations", None) or "").split(",") if a.strip()]
-        unknown = sorted(set(ablations) - set(ABLATIONS))
-        if unknown:
-            raise ValueError(f"--dyn-stgcd-ablations: {unknown} not among {list(ABLATIONS)}")
-        self.predicts_graph = "no_spatial" not in ablations
         self.blocks = nn.ModuleList(
             Block(i, layers, dim, encoder_dim, cfg.decoder.attention_heads, kernel_size, cfg.dropout,
                   cfg.attention_dropout, encoder_attention, walk_dims, target_walks if i == layers - 1 else None,
@@ -183,7 +184,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         padding = encoder_out["encoder_padding_mask"][0] if encoder_out.get("encoder_padding_mask") else None
         real = (~padding).to(encoder) if padding is not None else encoder.new_ones(encoder.shape[1], encoder.shape[0])
         pooled = (encoder * real.t().unsqueeze(-1)).sum(dim=0) / real.sum(dim=1, keepdim=True).clamp(min=1)
-        context = {"sog": self.sog(pooled)}
+        context = {"sog": self.sog(pooled)} if self.sog is not None else {}
         attending = [block.encoder_attention for block in self.blocks if block.encoder_attention is not None]
         if attending:
             projected = [attention.project(encoder) for attention in attending]
@@ -207,8 +208,8 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
     # ---- steps ----------------------------------------------------------------------------------------------------
 
     def initial_states(self, tokens: Tensor) -> List[DynamicGCNState]:
-        probe = tokens.new_zeros(tokens.size(0), 0, self.dim, dtype=self.sog.weight.dtype)
-        return [block.gcn.initial_state(probe) for block in self.blocks]
+        probe = tokens.new_zeros(tokens.size(0), 0, self.dim, dtype=self.embed_tokens.weight.dtype)
+        return [block.initial_state(probe) for block in self.blocks]
 
     def step(self, tokens: Tensor, states: List[DynamicGCNState], context: Dict[str, Tensor],
              gold_previous: Optional[Tensor] = None, embeddings: Optional[Tensor] = None):

@@ -94,19 +94,26 @@ class EvolvingWeight(nn.Module):
     """W_t = GRU(Y_t, W_{t-1}) of A.1 on g x g matrices, each column a GRU state, after attention pooling of the
     node vectors into g columns."""
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, evolving: bool = True, takes_inputs: bool = True):
         super().__init__()
         self.dim = dim
         self.initial = nn.Parameter(torch.empty(dim, dim))  # W_{-1}
-        self.queries = nn.Parameter(torch.empty(dim, dim))  # q_c: column c of the summary
-        self.input_weights = nn.Parameter(torch.empty(3, dim, dim))  # P_Z, P_R, P_W
+        nn.init.xavier_uniform_(self.initial)
+        if not evolving:
+            # the static-weight ablation: W_{-1} at every step, and no GRU parameters that would get no gradient
+            # (counted as the model's, and an error under DDP without find_unused_parameters)
+            return
+        self.takes_inputs = takes_inputs
+        if takes_inputs:  # (the first block's inputs are Y^0 = 0: its P x terms are 0, nothing to learn)
+            self.queries = nn.Parameter(torch.empty(dim, dim))  # q_c: column c of the summary
+            self.input_weights = nn.Parameter(torch.empty(3, dim, dim))  # P_Z, P_R, P_W
+            nn.init.xavier_uniform_(self.queries)
+            for matrix in self.input_weights:
+                nn.init.xavier_uniform_(matrix)
         self.state_weights = nn.Parameter(torch.empty(3, dim, dim))  # Q_Z, Q_R, Q_W
         self.biases = nn.Parameter(torch.zeros(3, dim, dim))  # B_Z, B_R, B_W
-        for weight in (self.initial, self.queries):
-            nn.init.xavier_uniform_(weight)
-        for weights in (self.input_weights, self.state_weights):
-            for matrix in weights:
-                nn.init.xavier_uniform_(matrix)
+        for matrix in self.state_weights:
+            nn.init.xavier_uniform_(matrix)
 
     def initial_state(self, batch: int) -> Tensor:
         return self.initial.unsqueeze(0).expand(batch, -1, -1)
@@ -125,6 +132,8 @@ class EvolvingWeight(nn.Module):
         # one GEMM per weight stack ((B x g) x g times g x 3g), not one small product per sentence. W is kept with
         # its columns as rows in memory (what this returns is a transposed view of that; DynamicGCNState's
         # index_select keeps the layout), so no step copies it into place.
+        if nodes is not None and not self.takes_inputs:
+            raise ValueError("this evolving weight was built without input weights (a first block's, Y^0 = 0)")
         dim = self.dim
         batch = previous.size(0)
         if nodes is None and previous.stride(0) == 0:
@@ -207,14 +216,16 @@ class DynamicGCN(nn.Module):
     the layer's outputs back through `next_state`)."""
 
     def __init__(self, dim: int, attention_dim: Optional[int] = None, dynamic_weight: bool = True,
-                 dynamic_adjacency: bool = True, attention_scores: str = "gat"):
+                 dynamic_adjacency: bool = True, attention_scores: str = "gat", takes_inputs: bool = True):
         super().__init__()
         self.dim = dim
         # the paper's Figure 5 ablations: W_t = W_{-1} at every step (no GRU); A_t without Ã (no refinement from
         # the nodes, so every adjacency entry follows the same content-free recurrence)
         self.dynamic_weight, self.dynamic_adjacency = dynamic_weight, dynamic_adjacency
-        self.attention = GraphAttentionCoefficients(dim, attention_dim or dim, scores=attention_scores)
-        self.weight = EvolvingWeight(dim)
+        # (what an ablation does not use is not built: its parameters would get no gradient)
+        self.attention = (GraphAttentionCoefficients(dim, attention_dim or dim, scores=attention_scores)
+                          if dynamic_adjacency else None)
+        self.weight = EvolvingWeight(dim, evolving=dynamic_weight, takes_inputs=takes_inputs)
         self.refine = nn.Linear(1, 1)  # eq. 7's Linear, one weight and bias for every entry
         nn.init.constant_(self.refine.weight, 1.0)
         nn.init.constant_(self.refine.bias, 0.0)

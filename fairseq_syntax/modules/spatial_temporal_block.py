@@ -75,10 +75,13 @@ class Block(nn.Module):
                  graph_attention: str = "gat"):
         super().__init__()
         self.index, self.first, self.last = index, index == 0, index == count - 1
+        self.dim = dim
         self.spatial = "no_spatial" not in ablations
-        self.gcn = DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
-                              dynamic_adjacency="static_adjacency" not in ablations,
-                              attention_scores=graph_attention)
+        # no_spatial: no graph convolution built (its parameters would get no gradient)
+        self.gcn = (DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
+                               dynamic_adjacency="static_adjacency" not in ablations,
+                               attention_scores=graph_attention, takes_inputs=not self.first)
+                    if self.spatial else None)
         in_dim = dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
         self.mlp = MLP(in_dim, dim, dropout)
         self.target_walks = target_walks
@@ -100,7 +103,7 @@ class Block(nn.Module):
         else:
             embeddings = context["embeddings"]
             batch, n = embeddings.shape[:2]
-            convolved = inputs if inputs is not None else embeddings.new_zeros(batch, n, self.gcn.dim)
+            convolved = inputs if inputs is not None else embeddings.new_zeros(batch, n, self.dim)
             weight = state.weight
             adjacency = (torch.eye(n, device=embeddings.device).expand(batch, n, n) if node_mask is None
                          else torch.diag_embed(node_mask.float()))
@@ -121,4 +124,16 @@ class Block(nn.Module):
             y = y + self.dropout(attended)
         if self.temporal is not None:
             y = self.temporal(y, node_mask, adjacency)
+        if self.gcn is None:
+            return y, adjacency, DynamicGCNState(state.weight, adjacency, y, state.fresh)
         return y, adjacency, self.gcn.next_state(state, adjacency, weight, y)
+
+    def initial_state(self, probe: Tensor) -> DynamicGCNState:
+        """The state before step 0 (probe: (B, 0, g)); without a spatial layer only the step's outputs are carried,
+        beside an empty weight (shared by every row, stride 0) and no fresh entries."""
+        if self.gcn is not None:
+            return self.gcn.initial_state(probe)
+        batch = probe.size(0)
+        return DynamicGCNState(probe.new_zeros(1, 0, 0).expand(batch, -1, -1),
+                               probe.new_zeros(batch, 0, 0, dtype=torch.float32), probe.new_zeros(batch, 0, self.dim),
+                               probe.new_zeros(batch, 2, dtype=torch.float32))

@@ -307,7 +307,9 @@ class SyntaxTranslationTask(TranslationTask):
         segmenter = open_segmenter(utils.split_paths(self.cfg.data)[0], self.manifest)
         for (_, sentence_id, rank, _), (word_pieces, heads) in zip(chosen, trees):
             name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
-            words = [segmenter.decode(pieces).strip() or "_" for pieces in word_pieces]
+            # spaces only: str.strip() would also take control characters a piece may hold (U+001C), and the
+            # tree's words would no longer be the hypothesis's
+            words = [segmenter.decode(pieces).strip(" ") or "_" for pieces in word_pieces]
             # the decoder predicts arcs only: DEPREL `_` (CoNLL-U's "not given"), so the evaluator reports no LAS
             tree = ParsedSentence(words, [""] + [" "] * (len(words) - 1), heads, ["_"] * len(words))
             self._trees[(sentence_id, rank)] = conllu_sentence(tree, name, None)
