@@ -104,11 +104,16 @@ def locked(lock_path: Path):
         yield
 
 
+def lock_of(path: Path) -> Path:
+    """The lock file guarding the making of `path` (a file or folder of OUT): .NAME.lock beside it."""
+    return path.parent / f".{path.name}.lock"
+
+
 def update_json(path: Path, update, default):
     """Read-modify-write of a JSON file of OUT that several compare.py invocations may share (a campaign runs one
     chain per core on one OUT): under an exclusive lock of PATH.lock, the file as it is now (`default()` when
     missing) goes through `update`, and is replaced whole through a temporary file. Returns what was written."""
-    with LOCK, locked(path.parent / f".{path.name}.lock"):
+    with LOCK, locked(lock_of(path)):
         value = update(json.loads(path.read_text()) if path.exists() else default())
         with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as temporary:
             temporary.write(json.dumps(value, indent=2) + "\n")
@@ -317,7 +322,7 @@ class Comparison:
     def train_parser(self, name: str) -> Path:
         model = self.out / "parsers" / f"{name}.supar"
         # locked: the invocations of a campaign that share OUT make each parser once, the others wait for it
-        with locked(model.parent / f".{model.name}.lock"):
+        with locked(lock_of(model)):
             if not model.exists():
                 args, epochs = PARSERS[name]
                 log(f"training the {name} parser ({epochs} epochs)")
@@ -331,7 +336,7 @@ class Comparison:
         command = preprocess_command(self.profile, self.settings.raw, data_bin,
                                      self.parser_spec(data_bin.source_parser),
                                      self.parser_spec(data_bin.target_parser), destdir)
-        with locked(destdir.parent / f".{destdir.name}.lock"):  # made once by the invocations sharing OUT
+        with locked(lock_of(destdir)):  # made once by the invocations sharing OUT
             self.require_same_command(destdir, command)
             if not (destdir / "syntax.json").exists():
                 log(f"preprocessing {data_bin.name}")
@@ -364,7 +369,7 @@ class Comparison:
                                  f"with the shared sentencepiece model: not in a word-vocabulary profile")
             destdir = self.out / "data" / f"{data_bin.name}.{own_data_bin_name(system)}"
             command = self.own_data_bin_args(data_bin, shared, system, destdir)
-            with locked(destdir.parent / f".{destdir.name}.lock"):
+            with locked(lock_of(destdir)):
                 if own.target_parser:  # made with the target language's parser: reused only if made with it
                     self.require_same_command(destdir, [BIN / "fairseq-syntax-preprocess", *command])
                 if not (destdir / "syntax.json").exists():

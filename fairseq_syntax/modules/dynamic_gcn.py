@@ -99,11 +99,11 @@ class EvolvingWeight(nn.Module):
         self.dim = dim
         self.initial = nn.Parameter(torch.empty(dim, dim))  # W_{-1}
         nn.init.xavier_uniform_(self.initial)
+        self.takes_inputs = takes_inputs and evolving
         if not evolving:
             # the static-weight ablation: W_{-1} at every step, and no GRU parameters that would get no gradient
             # (counted as the model's, and an error under DDP without find_unused_parameters)
             return
-        self.takes_inputs = takes_inputs
         if takes_inputs:  # (the first block's inputs are Y^0 = 0: its P x terms are 0, nothing to learn)
             self.queries = nn.Parameter(torch.empty(dim, dim))  # q_c: column c of the summary
             self.input_weights = nn.Parameter(torch.empty(3, dim, dim))  # P_Z, P_R, P_W

@@ -124,13 +124,13 @@ class Block(nn.Module):
             y = y + self.dropout(attended)
         if self.temporal is not None:
             y = self.temporal(y, node_mask, adjacency)
-        if self.gcn is None:
-            return y, adjacency, DynamicGCNState(state.weight, adjacency, y, state.fresh)
+        if self.gcn is None:  # no graph: nothing to carry to the next step
+            return y, adjacency, state
         return y, adjacency, self.gcn.next_state(state, adjacency, weight, y)
 
     def initial_state(self, probe: Tensor) -> DynamicGCNState:
-        """The state before step 0 (probe: (B, 0, g)); without a spatial layer only the step's outputs are carried,
-        beside an empty weight (shared by every row, stride 0) and no fresh entries."""
+        """The state before step 0 (probe: (B, 0, g)); without a spatial layer an empty one, kept as it is at every
+        step (its weight shared by every row, stride 0)."""
         if self.gcn is not None:
             return self.gcn.initial_state(probe)
         batch = probe.size(0)
