@@ -37,7 +37,8 @@ def test_gpu_session_returns_the_records_written_before_its_call_is_cut(tmp_path
     (tmp_path / ".gpu" / "setup.sh").write_text("")
     (tmp_path / "examples" / "multi30k").mkdir(parents=True)
     (tmp_path / "examples" / "multi30k" / "compare.py").write_text(
-        "import pathlib, sys, time\n"
+        "import os, pathlib, sys, time\n"
+        f"pathlib.Path({str(tmp_path / 'stand-in.pid')!r}).write_text(str(os.getpid()))\n"
         "results = pathlib.Path(sys.argv[sys.argv.index('--results-dir') + 1]) / 'p' / 'b' / 'vanilla'\n"
         "results.mkdir(parents=True)\n"
         "(results / 'seed4.json').write_text('{}')\n"
@@ -57,5 +58,25 @@ def test_gpu_session_returns_the_records_written_before_its_call_is_cut(tmp_path
     finally:
         os.killpg(session.pid, 9)  # the run's limit: everything is killed, nothing runs after
         session.wait()
+        # `timeout` puts the stand-in in a process group of its own, out of the session's: end that one too, so
+        # that the test leaves no 600 s sleep behind
+        stand_in = int((tmp_path / "stand-in.pid").read_text())
+        if os.getpgid(stand_in) != os.getpgid(0):  # never the test's own group
+            os.killpg(os.getpgid(stand_in), 9)
     with tarfile.open(out / "results.tgz") as packed:
         assert "results/p/b/vanilla/seed4.json" in packed.getnames()
+    assert not alive(stand_in, within=5), "the stand-in comparison outlived the test"
+
+
+def alive(pid: int, within: float) -> bool:
+    """Whether `pid` still runs (a zombie counts as ended) after waiting up to `within` seconds for it to end."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                running = stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            running = False
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)
