@@ -38,6 +38,7 @@ SYSTEMS = {
     "udp": ("ldd", ["--arch", "transformer_ldd_tiny", "--ldd-variant", "udp"]),
     "gcn": ("source", ["--arch", "transformer_gcn_tiny"]),
     "birnn_gcn": ("source", ["--arch", "transformer_birnn_gcn_tiny"]),
+    "birnn": ("source", ["--arch", "transformer_birnn_tiny"]),
     "rgse": ("source", ["--arch", "transformer_rgse_tiny"]),
     "lstm_gcn": ("source", ["--arch", "lstm_gcn_tiny"]),
     "lstm_rgse": ("source", ["--arch", "lstm_rgse_tiny"]),

@@ -36,7 +36,7 @@ from .helpers import toy_dictionary
 NUM_LABELS = 12
 LOW_PRECISION = [pytest.param(torch.float16, id="float16"), pytest.param(torch.bfloat16, id="bfloat16")]
 ARCHS = ["transformer_pascal_tiny", "transformer_ldd_tiny", "transformer_gcn_tiny", "transformer_birnn_gcn_tiny",
-         "transformer_rgse_tiny", "transformer_lisa_tiny", "transformer_sh_tiny"]
+         "transformer_birnn_tiny", "transformer_rgse_tiny", "transformer_lisa_tiny", "transformer_sh_tiny"]
 SOURCE_FEATURES = ["src_parent_middle_halves", "src_parent_first", "src_labels", "src_word_ids", "src_heads",
                    "src_label_groups", "src_ldd_dependents", "src_ldd_heads", "src_ldd_groups", "src_ldd_probs"]
 

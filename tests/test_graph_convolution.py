@@ -19,7 +19,7 @@ import fairseq_syntax  # noqa: F401  (registers the mechanisms and presets)
 from fairseq import checkpoint_utils
 from fairseq_syntax.modules.dependency_graph import PieceArcs, piece_arcs
 from fairseq_syntax.modules.graph_convolution import (
-    DOWN, SELF, UP, BiGRUGraphConvolution, BidirectionalGRU, GraphConvolution, GraphConvolutionSublayer,
+    DOWN, SELF, UP, BiGRUGraphConvolution, BiGRUSublayer, BidirectionalGRU, GraphConvolution, GraphConvolutionSublayer,
     directed_edges, gather_incoming,
 )
 
@@ -426,6 +426,25 @@ def test_birnn_gcn_is_the_gcn_over_the_bigru_with_a_residual_and_ignores_padding
         torch.testing.assert_close(left, right, rtol=1e-10, atol=1e-12)
 
 
+def test_birnn_is_the_bigru_alone_and_reads_no_syntax(device):
+    """birnn_gcn without the graph: the sublayer's output is its BiGRU's (tested above against each sentence run
+    alone), with no syntax given, and it declares no batch feature."""
+    assert BiGRUSublayer.features == () and BiGRUSublayer.training_features == ()
+    torch.manual_seed(6)
+    mechanism = on(device, BiGRUSublayer(Namespace(), EMBED_DIM, 2, 0).double().eval())
+    assert [name for name, _ in mechanism.named_parameters()] == [f"rnn.rnn.{name}" for name, _ in
+                                                                  mechanism.rnn.rnn.named_parameters()]
+    x = torch.randn(6, 3, EMBED_DIM, dtype=torch.float64)
+    mask = torch.tensor([[True, True, False, False, False, False], [False] * 6, [True] * 5 + [False]])
+    with torch.no_grad():
+        out = mechanism(x.to(device), None, mask.to(device)).cpu()
+        for b in range(3):
+            real = ~mask[b]
+            alone = mechanism.rnn(x[real, b].unsqueeze(1).to(device), None)[:, 0].cpu()
+            torch.testing.assert_close(out[real, b], alone, rtol=1e-10, atol=1e-12)
+            assert torch.equal(out[~real, b], torch.zeros_like(out[~real, b]))
+
+
 def test_mechanisms_refuse_bad_options():
     with pytest.raises(ValueError, match="label dictionary"):
         GraphConvolutionSublayer(mechanism_args(source_label_count=None), EMBED_DIM, 2, 0)
@@ -433,6 +452,8 @@ def test_mechanisms_refuse_bad_options():
         GraphConvolutionSublayer.check_args(mechanism_args(encoder_gcn_edge_dropout=1.0))
     with pytest.raises(ValueError, match="odd"):
         BiGRUGraphConvolution(mechanism_args(), 7, 1, 0)
+    with pytest.raises(ValueError, match="odd"):
+        BiGRUSublayer(Namespace(), 7, 1, 0)
 
 
 # ---- through fairseq -----------------------------------------------------------------------------------------------
@@ -471,6 +492,22 @@ def test_presets_put_the_mechanism_in_the_layers(graph_bin, arch):
     assert not gcn.labels and not gcn.gates and gcn.edge_dropout == 0.1 and gcn.bias.shape == (3, 64)
 
 
+def test_birnn_preset_is_birnn_gcn_without_the_graph(graph_bin):
+    """transformer_birnn_multi30k has the BiGRU where transformer_birnn_gcn_multi30k has it, in place of
+    self-attention, and every parameter of it but the GCN's, names and shapes alike; it reads no syntax."""
+    _, control = build(graph_bin, "--arch", "transformer_birnn_multi30k")
+    _, graph = build(graph_bin, "--arch", "transformer_birnn_gcn_multi30k")
+    assert control.syntax_features == set()
+    layers = [isinstance(layer.syntax_module, BiGRUSublayer) for layer in control.encoder.layers]
+    assert layers == [isinstance(layer.syntax_module, BiGRUGraphConvolution) for layer in graph.encoder.layers]
+    assert layers == [True, True, False]
+    assert [layer.self_attn is None for layer in control.encoder.layers] == layers
+    shapes = {name: p.shape for name, p in control.named_parameters()}
+    graph_shapes = {name: p.shape for name, p in graph.named_parameters() if ".syntax_module.gcn." not in name}
+    assert shapes == graph_shapes
+    assert sum(p.numel() for p in graph.parameters()) > sum(p.numel() for p in control.parameters())
+
+
 # the RGSE paper's Table 3 (WMT14 En-De, Transformer base 90.2M): + GCN 90.4M, + BiRNN+GCN 91.2M, + RGSE 91.76M
 PAPER_ADDED_PARAMETERS = {"transformer_gcn_paper_params": 0.2e6, "transformer_birnn_gcn_paper_params": 1.0e6,
                           "transformer_rgse_paper_params": 1.56e6}
@@ -491,16 +528,26 @@ def test_paper_params_presets_add_what_the_paper_reports(graph_bin):
         assert full_width > 2 * paper, (arch, full_width)
 
 
-@pytest.mark.parametrize("arch", marked_slow(["transformer_gcn_tiny", "transformer_birnn_gcn_tiny"],
-                                             {"transformer_birnn_gcn_tiny"}))
+@pytest.mark.parametrize("arch", marked_slow(["transformer_gcn_tiny", "transformer_birnn_gcn_tiny",
+                                              "transformer_birnn_tiny"],
+                                             {"transformer_birnn_gcn_tiny", "transformer_birnn_tiny"}))
 def test_trains_and_generates(graph_bin, tmp_path, arch):
     from .test_baselines import generate, train
     output = train(graph_bin, tmp_path / arch, arch)
     losses = [float(v) for v in re.findall(r"train_inner .*? loss=([0-9.]+)", output)]
     assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
     checkpoint = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / arch / "checkpoint_last.pt"))
-    assert "encoder.layers.1.syntax_module.gcn.bias" in checkpoint["model"]
-    assert len(generate(graph_bin, tmp_path / arch / "checkpoint_last.pt")) == 24
+    module = "rnn.rnn.weight_hh_l0_reverse" if arch == "transformer_birnn_tiny" else "gcn.bias"
+    assert f"encoder.layers.1.syntax_module.{module}" in checkpoint["model"]
+    translations = generate(graph_bin, tmp_path / arch / "checkpoint_last.pt")
+    assert len(translations) == 24
+    if arch == "transformer_birnn_tiny":  # no syntax read: the same lines never parsed translate the same
+        from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
+        raw, unparsed = graph_bin.parent / "raw", tmp_path / "unparsed-bin"
+        preprocess_main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                         "--spm-model", str(graph_bin / "spm.model"), "--destdir", str(unparsed)])
+        assert not list(unparsed.glob("*.heads.bin"))
+        assert generate(unparsed, tmp_path / arch / "checkpoint_last.pt") == translations
 
 
 # ---- timing: edge lists against the dense form ------------------------------------------------------------------

@@ -32,6 +32,7 @@ OPTIONS = {
     "ldd": {"ldd_variant": "udp"},
     "gcn": {"encoder_gcn_dim": 8},
     "birnn_gcn": {"encoder_gcn_dim": 8},
+    "birnn": {"dropout": 0.3},  # no option of its own
     "rgse": {"rgse_residual": "normal"},
     "lstm_gcn": {"encoder_gcn_dim": 8},
     "lstm_rgse": {"rgse_variant": "forward"},

@@ -33,6 +33,7 @@ METHODS = {
     "ldd": ["--arch", "transformer_ldd_tiny"],
     "gcn": ["--arch", "transformer_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],  # edge dropout: in RANDOMNESS
     "birnn_gcn": ["--arch", "transformer_birnn_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],
+    "birnn": ["--arch", "transformer_birnn_tiny"],  # birnn_gcn without the graph: no syntax read
     "rgse": ["--arch", "transformer_rgse_tiny"],
     "lstm_gcn": ["--arch", "lstm_gcn_tiny", "--encoder-gcn-edge-dropout", "0"],  # recurrent NMT (syntax_lstm)
     "lstm_rgse": ["--arch", "lstm_rgse_tiny"],

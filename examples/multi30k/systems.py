@@ -22,6 +22,7 @@ MULTI30K_SYSTEMS = {
     "udp": ["--arch", "transformer_ldd_multi30k", "--ldd-variant", "udp"],  # ... and its 1-best parse ablation
     "gcn": ["--arch", "transformer_gcn_multi30k"],  # Bastings et al.'s gated GCN after self-attention (Ding & Tao)
     "birnn_gcn": ["--arch", "transformer_birnn_gcn_multi30k"],  # self-attention replaced by BiGRU + GCN
+    "birnn": ["--arch", "transformer_birnn_multi30k"],  # ... by the BiGRU alone (its control: no syntax)
     "rgse": ["--arch", "transformer_rgse_multi30k"],  # Ding & Tao's recurrent graph syntax encoder
     # Choshen & Abend's Linearized ablation: a stock decoder trained on the target tree's transition sequence
     "linearized": ["--arch", "transformer_linearized_multi30k"],
@@ -92,7 +93,7 @@ RECURRENT_SYSTEMS = {
 
 # The encoder layer whose head 0 the comparison plots: 0 (PASCAL's syntax layer), but the top layer (-1) for systems
 # whose mechanism replaces self-attention in the lower layers (no attention weights there)
-ATTENTION_LAYER = {"birnn_gcn": -1, "rgse": -1}
+ATTENTION_LAYER = {"birnn_gcn": -1, "birnn": -1, "rgse": -1}
 
 
 @dataclass(frozen=True)

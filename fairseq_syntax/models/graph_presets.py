@@ -1,7 +1,8 @@
 """Architecture presets of the syntactic GCN baselines in the Transformer (Bastings et al., 2017, as the RGSE paper,
 Ding & Tao 2019, reimplemented them for its Table 3): `transformer_gcn` adds a gated, labeled GCN after
 self-attention in encoder layers 0-2, `transformer_birnn_gcn` replaces self-attention there by a bidirectional GRU
-followed by the GCN. Edge dropout 0.2, labels and gates on; `--no-encoder-gcn-labels` / `--no-encoder-gcn-gates` are
+followed by the GCN, `transformer_birnn` (the paper's "BiRNN Transformer") by the bidirectional GRU alone, no
+syntax. Edge dropout 0.2, labels and gates on; `--no-encoder-gcn-labels` / `--no-encoder-gcn-gates` are
 the ablations of Choshen & Abend's Table 2 (fairseq_syntax/modules/graph_convolution.py)."""
 from functools import partial
 
@@ -47,3 +48,20 @@ def _graph(mechanism, args):
     "_tiny": Preset("For tests: 2+2 layers, 64 dims, 4 heads, BiGRU + GCN in both encoder layers.", TINY,
                     dict(encoder_syntax_layers="0,1")),
 }, base=partial(_graph, "birnn_gcn")).values()
+
+
+def _birnn(args):
+    set_default(args, "encoder_syntax", "birnn")
+    base_syntax_transformer(args)
+
+
+(transformer_birnn, transformer_birnn_multi30k, transformer_birnn_tiny) = register_family(
+    "syntax_transformer", "transformer_birnn", {
+        "": Preset("Transformer base whose encoder layers 0, 1, 2 have a bidirectional GRU instead of self-attention "
+                   "and no syntax: the RGSE paper's \"BiRNN Transformer\" (section 4.1), transformer_birnn_gcn "
+                   "without the GCN."),
+        "_multi30k": Preset("3+3 layers, 256, FFN 1024, 4 heads, dropout 0.3: the BiGRU in encoder layers 0 and 1 (as "
+                            "transformer_birnn_gcn_multi30k).", MULTI30K, dict(encoder_syntax_layers="0,1")),
+        "_tiny": Preset("For tests: 2+2 layers, 64 dims, 4 heads, the BiGRU in both encoder layers.", TINY,
+                        dict(encoder_syntax_layers="0,1")),
+    }, base=_birnn).values()

@@ -40,6 +40,9 @@ Choshen & Abend stack 2 GCN layers, `--encoder-syntax-layers 0,1`):
   birnn_gcn  ("self_attention") self-attention replaced by a bidirectional GRU (C/2 per direction) followed by the
              GCN with a residual connection: y = BiGRU(x), sublayer output y + gcn(y) (the layer then applies its
              dropout, residual and layer norm as it would to self-attention's output)
+  birnn      ("self_attention") the same BiGRU without the GCN, sublayer output BiGRU(x): the "BiRNN Transformer"
+             the RGSE paper reproduces beside BiRNN+GCN (section 4.1), and reads no syntax; the control that says
+             what of birnn_gcn's difference from vanilla is the recurrence and what the graph
 Over a recurrent encoder's states h~ (`over_states`, the syntax_lstm model's --lstm-syntax gcn), gcn is
 h~ + gcn(h~) with gcn's options (`ResidualGraphConvolution`): birnn_gcn's y + gcn(y), the encoder's BiRNN making y.
 """
@@ -334,3 +337,19 @@ class BiGRUGraphConvolution(_GraphMechanism):
     def forward(self, x: Tensor, syntax, padding_mask, incremental_state=None) -> Tensor:
         states = self.rnn(x, padding_mask)
         return states + self.gcn(states, self.arcs(syntax))
+
+
+@register_encoder_mechanism("birnn")
+class BiGRUSublayer(SyntaxMechanism):
+    """Self-attention replaced by a bidirectional GRU and nothing else (birnn_gcn without its graph): no syntax read,
+    so the model translates unparsed text."""
+
+    shape = "self_attention"
+    default_layers = "0,1,2"
+
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+        super().__init__(args, embed_dim, num_heads, layer_index)
+        self.rnn = BidirectionalGRU(embed_dim)
+
+    def forward(self, x: Tensor, syntax, padding_mask, incremental_state=None) -> Tensor:
+        return self.rnn(x, padding_mask)
