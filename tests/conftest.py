@@ -28,6 +28,17 @@ def small_spacy_bin(data_root, tmp_path_factory) -> Path:
                              (("train", "train", 200), ("valid", "val", 24)), spm_vocab_size=500)
 
 
+@pytest.fixture(autouse=True)
+def own_working_directory(tmp_path_factory, monkeypatch) -> Path:
+    """Every test, and every command it starts, runs in a directory of its own. fairseq-train checks its save dir
+    (default ./checkpoints, also with --no-save) by writing and removing checkpoints/dummy, so two xdist workers in
+    one shared directory raced: one removed the other's file and that fairseq-train died (FileNotFoundError, the
+    2-process DDP test of CI run 67). Nothing a test writes by default lands in the repository either."""
+    directory = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(directory)
+    return directory
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """The device a module-against-reference test runs on: "cpu", and "cuda" when there is one (skipped otherwise,
