@@ -1259,3 +1259,15 @@ def test_invocations_on_one_out_keep_each_others_run_facts(tmp_path):
     assert [i["argv"] for i in timing["invocations"]] == [["--systems", "vanilla"], ["--systems", "dyn_stgcd"]]
     assert sorted(p.name for p in out.iterdir()) == [".runs.json.lock", ".timing.json.lock", "runs.json",
                                                      "timing.json"]
+
+
+def test_transition_targets_get_a_length_limit_that_cuts_no_valid_reference():
+    """fitting_length_rate: the smallest max_len_a (tenths, never below the profile's) with a x (source - EOS) +
+    b >= target - EOS for every pair; worked by hand."""
+    # sources of 10 and 4 tokens + EOS, targets of 30 and 8 tokens + EOS, b = 10: (30 - 10) / 10 = 2.0, (8 - 10) / 4
+    assert compare.fitting_length_rate([11, 5], [31, 9], 1.2, 10) == 2.0
+    # 21 / 10 = 2.1 exactly stays 2.1; 21.5 / 10 rounds up to 2.2
+    assert compare.fitting_length_rate([11], [32], 1.2, 10) == 2.1
+    assert compare.fitting_length_rate([21], [54], 1.2, 10) == 2.2
+    # short targets keep the profile's rate
+    assert compare.fitting_length_rate([11, 5], [6, 4], 1.2, 10) == 1.2

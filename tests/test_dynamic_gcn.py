@@ -17,9 +17,11 @@ import torch
 from fairseq_syntax.data.channels import SentenceSyntax
 from fairseq_syntax.data.features import collate_features
 from fairseq_syntax.models.dyn_stgcd import parse_hidden_graphs
-from fairseq_syntax.modules.target_graph import gold_target_graph, graph_loss, piece_graph
+from fairseq_syntax.modules.target_graph import (
+    argmax_heads, gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, tree_heads, word_scores,
+)
 from fairseq_syntax.modules.dynamic_gcn import (
-    DynamicGCN, EvolvingWeight, GraphAttentionCoefficients, normalized_propagation,
+    DynamicGCN, EvolvingWeight, GraphAttentionCoefficients, masked_log_softmax, normalized_propagation,
 )
 from fairseq_syntax.modules.temporal_convolution import TemporalConvolution
 
@@ -262,22 +264,26 @@ def test_normalized_propagation_equals_the_per_node_sum(device, with_sog):
 
 # ---- 4. DynamicGCN over several steps (eq. 5-7) ------------------------------------------------------------------
 
+@pytest.mark.parametrize("edges", ["next_step", "own_step"])
 @pytest.mark.parametrize("first_layer", [False, True], ids=["inputs", "first-layer"])
 @pytest.mark.parametrize("teacher_forced", [False, True], ids=["free", "teacher-forced"])
-def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced, first_layer):
+def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced, first_layer, edges):
     """Steps t = 0..5 of one layer, B = 2 (row 1's nodes 4 and 5 padded, with garbage), against eq. 7 per entry:
-    A_t[i][j] = sigmoid(alpha (A_{t-1}[i][j] + Ã_{t-1}[i][j]) + beta) over a matrix of the maximum number of nodes
+    A_t[i][j] = sigmoid(alpha (A_{t-1}[i][j] + Ã[i][j]) + beta) over a matrix of the maximum number of nodes
     that starts at A_{-1} = I, so that a node that does not exist yet goes through the update at every step with
-    nothing added; Ã_{t-1} is the GAT coefficients (loop above) of the outputs handed to next_state at step t-1
-    over the nodes 0..t-1 (0 in the new node's row and column); alpha / beta = refine's weight and bias. Teacher-
-    forced: A_{t-1} is the gold graph of the nodes 0..t-1 (the identity for the new node). Also W_t (the A.1 loop,
-    from W_{-1} = the trainable initial matrix) and the convolved nodes ReLU(D^-1/2 Â D^-1/2 [Y; sog] W_t) (eq. 2,
-    5), 0 on padded nodes. First layer: its input Y^0 is 0, passed as None (the step computes nothing of it), and
-    the loops run on zeros."""
+    nothing added; alpha / beta = refine's weight and bias. next_step (eq. 7 as printed): Ã = Ã_{t-1}, the GAT
+    coefficients (loop above) of the outputs handed to next_state at step t-1 over the nodes 0..t-1 (0 in the new
+    node's row and column). own_step: Ã = Ã_t, the coefficients of the step's edge inputs over the nodes 0..t, the
+    new node's row and column included. Teacher-forced: A_{t-1} is the gold graph of the nodes 0..t-1 (the
+    identity for the new node). Also W_t (the A.1 loop, from W_{-1} = the trainable initial matrix), the convolved
+    nodes ReLU(D^-1/2 Â D^-1/2 [Y; sog] W_t) (eq. 2, 5), 0 on padded nodes, and the raw scores given back (their
+    row softmax over the real nodes is the loop's Ã). First layer: its input Y^0 is 0, passed as None (the step
+    computes nothing of it), and the loops run on zeros."""
     generator = torch.Generator().manual_seed(14 + teacher_forced)
     torch.manual_seed(14)
     g, steps, batch = 4, 6, 2
-    module = DynamicGCN(g, attention_dim=3)
+    own_step = edges == "own_step"
+    module = DynamicGCN(g, attention_dim=3, new_node_edges=edges)
     with torch.no_grad():
         module.refine.weight.fill_(0.7)
         module.refine.bias.fill_(-0.4)
@@ -301,11 +307,14 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced,
         step_mask = mask[:, :n]
         inputs = random_nodes(generator, step_mask, g)  # Y^{l-1}_t: every node re-encoded at every step
         inputs = torch.zeros_like(inputs) if first_layer else inputs
+        edge_inputs = random_nodes(generator, step_mask, g)  # what own_step reads (the first block: embeddings)
         outputs = random_nodes(generator, step_mask, g)  # Y^l_t, what eq. 8's MLP would give
         gold_previous = gold[:, :t, :t] if teacher_forced else None
 
-        # eq. 7 per entry, on the whole (steps x steps) matrix
-        coefficients = naive_attention(module.attention, previous_outputs, mask[:, :t]) if t else None
+        # eq. 7 per entry, on the whole (steps x steps) matrix; Ã over the nodes 0..m-1
+        m = n if own_step else t
+        coefficients = (naive_attention(module.attention, edge_inputs if own_step else previous_outputs,
+                                        mask[:, :m]) if m else None)
         for b in range(batch):
             for i in range(steps):
                 for j in range(steps):
@@ -313,7 +322,7 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced,
                         base = float(gold[b, i, j]) if i < t and j < t else (1.0 if i == j else 0.0)
                     else:
                         base = running[b][i][j]
-                    added = float(coefficients[b, i, j]) if i < t and j < t else 0.0
+                    added = float(coefficients[b, i, j]) if i < m and j < m else 0.0
                     running[b][i][j] = sigmoid(alpha * (base + added) + beta)
         expected_adjacency = torch.zeros(batch, n, n, dtype=torch.float64)
         for b in range(batch):
@@ -327,19 +336,63 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced,
             for i in range(n):
                 expected_convolved[b, i] = torch.relu(propagated[b, i] @ weight[b])
 
-        convolved, adjacency, new_weight = layer.step(None if first_layer else on(device, inputs),
-                                                      on(device, step_mask), state,
-                                                      on(device, sog), on(device, gold_previous))
+        convolved, adjacency, new_weight, scores = layer.step(
+            None if first_layer else on(device, inputs), on(device, step_mask), state, on(device, sog),
+            on(device, gold_previous), edge_inputs=on(device, edge_inputs))
         assert adjacency.dtype == torch.float32 and adjacency.shape == (batch, n, n)
         torch.testing.assert_close(adjacency.cpu().double(), expected_adjacency, **TOLERANCES)
         torch.testing.assert_close(new_weight.cpu().double(), weight, **TOLERANCES)
         torch.testing.assert_close(convolved.cpu().double(), expected_convolved, **TOLERANCES)
+        if m:
+            assert scores.shape == (batch, m, m)
+            softmax = GraphAttentionCoefficients.coefficients(scores, on(device, mask[:, :m]))
+            torch.testing.assert_close(softmax.cpu().double(), coefficients, **TOLERANCES)
+        else:
+            assert scores is None
         state = layer.next_state(state, adjacency, new_weight, on(device, outputs))
         previous_outputs = outputs
     # the comparison tells the A_{-1} = I reading apart from a new node that enters at I and is updated once: the
     # last node's diagonal went through 6 updates, far from one update's value
     if not teacher_forced:
         assert abs(running[0][5][5] - sigmoid(alpha + beta)) > 100 * TOLERANCES["atol"]
+
+
+def test_own_step_gives_the_newest_node_edges_of_its_own():
+    """own_step: at its step, the newest node's row of A_t varies with its own edge input (its edges are computed
+    then), where next_step gives it one content-free value in every entry off the diagonal (eq. 7 as printed: the
+    last word's row is the same whatever the word, so its argmax is BOS, the root)."""
+    torch.manual_seed(21)
+    g, batch = 4, 3
+    rows = {}
+    for edges in ("next_step", "own_step"):
+        layer = DynamicGCN(g, attention_dim=3, new_node_edges=edges, attention_scores="gatv2")
+        state = layer.initial_state(torch.zeros(batch, 0, g))
+        generator = torch.Generator().manual_seed(22)
+        for t in range(4):
+            nodes = torch.randn(batch, t + 1, g, generator=generator)
+            with torch.no_grad():
+                convolved, adjacency, weight, _ = layer.step(nodes, None, state, edge_inputs=nodes)
+            state = layer.next_state(state, adjacency, weight, convolved)
+        rows[edges] = adjacency[:, -1, :-1]  # the newest node's entries off the diagonal
+    assert torch.equal(rows["next_step"], rows["next_step"][:1, :1].expand_as(rows["next_step"]))
+    assert float(rows["own_step"].std(dim=1).min()) > 1e-3  # per node, its entries differ
+
+
+def test_eq_7_starts_near_the_identity():
+    """eq. 7's Linear at its initial values: A_{-1} = I is (nearly) a fixed point, so with nothing added (no Ã:
+    the static adjacency) A stays near the identity over many steps (off the diagonal below 0.05, on it above
+    0.95; at weight 1, bias 0 every entry off the diagonal was 0.5 after one step and ~0.66 after a few), and a
+    coefficient near 1 lifts an entry from there above 0.9 in one step."""
+    layer = DynamicGCN(4, attention_dim=3, dynamic_adjacency=False)
+    state = layer.initial_state(torch.zeros(1, 0, 4))
+    for t in range(12):
+        nodes = torch.randn(1, t + 1, 4)
+        _, adjacency, weight, _ = layer.step(nodes, None, state)
+        state = layer.next_state(state, adjacency, weight, nodes)
+    eye = torch.eye(12, dtype=torch.bool)
+    assert float(adjacency[0][~eye].max()) < 0.05 and float(adjacency[0][eye].min()) > 0.95
+    off = float(adjacency[0, 3, 1])
+    assert float(layer.refined(torch.tensor([off + 0.95]))) > 0.9
 
 
 def test_no_mask_is_every_node_real(device):
@@ -374,20 +427,20 @@ def test_no_mask_is_every_node_real(device):
         inputs = on(device, nodes[:, :t + 1])
         results = [layer.step(inputs, mask, state, sog) for mask, state in
                    zip((None, on(device, every[:, :t + 1])), states)]
-        for got, expected in zip(results[0], results[1]):
+        for got, expected in zip(results[0][:3], results[1][:3]):
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
         states = [layer.next_state(state, adjacency, weight, convolved)
-                  for state, (convolved, adjacency, weight) in zip(states, results)]
+                  for state, (convolved, adjacency, weight, _) in zip(states, results)]
     # the first layer's Y^0 = 0 passed as None (nothing of it computed) equals zeros through the masked path
     states = [layer.initial_state(on(device, nodes[:, :0])) for _ in range(2)]
     for t in range(3):
         zeros = on(device, torch.zeros(batch, t + 1, g))
         results = [layer.step(None, None, states[0], sog),
                    layer.step(zeros, on(device, every[:, :t + 1]), states[1], sog)]
-        for got, expected in zip(results[0], results[1]):
+        for got, expected in zip(results[0][:3], results[1][:3]):
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
         states = [layer.next_state(state, adjacency, weight, on(device, nodes[:, :t + 1]))
-                  for state, (_, adjacency, weight) in zip(states, results)]
+                  for state, (_, adjacency, weight, _) in zip(states, results)]
 
 
 # ---- 5. temporal convolution (§3.4, A.3) -------------------------------------------------------------------------
@@ -544,21 +597,98 @@ def test_gold_target_graph_of_a_hand_worked_example():
 
 # ---- 7. graph loss (eq. 9, A.4) ----------------------------------------------------------------------------------
 
-def test_graph_loss_is_the_smooth_l1_mean_over_real_entries():
-    """A.4's smooth-L1 (0.5 x^2 for |x| <= 1, |x| - 0.5 otherwise) of A_t - A*_t, averaged over the real entries of
-    each sentence; padded entries (any difference) excluded. Hand-computed."""
+def test_graph_loss_is_the_smooth_l1_summed_over_each_rows_entries_and_averaged_over_rows():
+    """A.4's smooth-L1 (0.5 x^2 for |x| <= 1, |x| - 0.5 otherwise) of A_t - A*_t, summed over the real entries of
+    each real row and averaged over the real rows of each sentence; padded entries (any difference) excluded.
+    Hand-computed."""
     gold = torch.zeros(2, 3, 3)
     gold[:, 0, 0] = gold[:, 1, 1] = 1.0
     difference = torch.zeros(2, 3, 3)
-    # sentence 0, three real nodes (9 entries): 0.5 -> 0.125, 2.0 -> 1.5, -1.0 -> 0.5 (the boundary: 0.5 x^2)
+    # sentence 0, three real rows: 0.5 -> 0.125, 2.0 -> 1.5, -1.0 -> 0.5 (the boundary: 0.5 x^2)
     difference[0, 0, 0], difference[0, 1, 2], difference[0, 2, 1] = 0.5, 2.0, -1.0
-    # sentence 1, node 2 padded (4 real entries): -3.0 -> 2.5, 0.5 -> 0.125; the padded entries are not counted
+    # sentence 1, node 2 padded (2 real rows): -3.0 -> 2.5, 0.5 -> 0.125; the padded entries are not counted
     difference[1, 0, 1], difference[1, 1, 1] = -3.0, 0.5
     difference[1, 0, 2], difference[1, 2, 0], difference[1, 2, 2] = 5.0, -7.0, 40.0
     mask = torch.tensor([[True, True, True], [True, True, False]])
     loss = graph_loss(gold + difference, gold, mask)
-    expected = torch.tensor([(0.125 + 1.5 + 0.5) / 9, (2.5 + 0.125) / 4])
+    expected = torch.tensor([(0.125 + 1.5 + 0.5) / 3, (2.5 + 0.125) / 2])
     torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_gold_heads_and_the_head_loss_by_hand():
+    """gold_heads: each row's column off the diagonal in A* (-1 for BOS and padding). head_loss at a step of m
+    nodes: the mean over the rows whose gold head is among the step's nodes of -log p(head); the log-probabilities
+    are masked_log_softmax's (a row's distribution over the real nodes, padded entries 0, no NaN)."""
+    heads = gold_heads(gold_target_graph(PARENT_FIRST, WORD_IDS, NODE_MASK))
+    assert heads.tolist() == [[-1, 4, 4, 2, 0, -1], [-1, 0, 1, 1, -1, -1]]
+    scores = torch.tensor([[[0.0, 1.0, 2.0, 3.0], [1.0, 0.0, 0.5, -1.0], [2.0, 1.0, 0.0, 9.0],
+                            [0.3, 0.2, 0.1, 0.0]]] * 2)
+    mask = torch.tensor([[True] * 4, [True, True, True, False]])
+    allowed = mask.unsqueeze(2) & mask.unsqueeze(1)
+    log_probs = masked_log_softmax(scores, allowed, dim=2)
+    assert torch.isfinite(log_probs).all() and float(log_probs[1, 3].abs().sum()) == 0.0
+    expected = torch.zeros(2, 4, 4)
+    for b in range(2):
+        for i in range(4):
+            real = [j for j in range(4) if bool(mask[b, j]) and bool(mask[b, i])]
+            for j in real:
+                expected[b, i, j] = float(scores[b, i, j]) - math.log(sum(math.exp(float(scores[b, i, k]))
+                                                                         for k in real))
+    torch.testing.assert_close(log_probs, expected)
+    full = masked_log_softmax(scores, None, dim=2)
+    loss = head_loss(full, heads)
+    # sentence 0 at 4 nodes: rows 1 and 2 have their heads (4) later, row 3's head is 2: only row 3 counts;
+    # sentence 1: rows 1 (head 0), 2 (head 1), 3 (head 1)
+    expected_loss = [-full[0, 3, 2], -(full[1, 1, 0] + full[1, 2, 1] + full[1, 3, 1]) / 3]
+    torch.testing.assert_close(loss, torch.stack(expected_loss))
+    torch.testing.assert_close(full[0, 3, 2], torch.log_softmax(scores[0, 3], dim=0)[2])
+    assert float(head_loss(log_probs[:, :1, :1], heads).abs().sum()) == 0.0
+
+
+def all_single_root_trees(words):
+    """Every head sequence over `words` words (1-based, 0 the root) that is a tree with one root."""
+    import itertools
+
+    for heads in itertools.product(range(words + 1), repeat=words):
+        if sum(h == 0 for h in heads) != 1 or any(h == i + 1 for i, h in enumerate(heads)):
+            continue
+        reaches_root = True
+        for start in range(1, words + 1):
+            seen, node = set(), start
+            while node != 0 and node not in seen:
+                seen.add(node)
+                node = heads[node - 1]
+            reaches_root &= node == 0
+        if reaches_root:
+            yield list(heads)
+
+
+def test_tree_heads_is_the_best_single_root_tree_and_argmax_the_raw_reading():
+    """word_scores over a hypothesis's pieces (a word's first piece's row, max over each word's columns); the
+    maximum spanning tree (SuPar's Chu-Liu/Edmonds) is, on random scores of 5 words, the single-root tree of the
+    largest score among all of them (enumerated), while the raw argmax is each row's best head and may be no
+    tree; by hand, a cycle the argmax keeps and the tree breaks."""
+    generator = torch.Generator().manual_seed(31)
+    for _ in range(5):
+        scores = torch.randn(6, 6, generator=generator) * 3
+        words, matrix = word_scores(scores, [f"\u2581w{i}" for i in range(5)])
+        assert len(words) == 5 and matrix.shape == (6, 6)
+        best = max(all_single_root_trees(5), key=lambda h: sum(float(matrix[i + 1, v]) for i, v in enumerate(h)))
+        tree = tree_heads(matrix)
+        assert sum(float(matrix[i + 1, v]) for i, v in enumerate(tree)) == pytest.approx(
+            sum(float(matrix[i + 1, v]) for i, v in enumerate(best)))
+        assert tree in list(all_single_root_trees(5))
+        assert argmax_heads(matrix) == [int(matrix[i].argmax()) for i in range(1, 6)]
+    # pieces '▁a', '▁b', 'c', '▁d' (columns 1-4; words a, bc, d): a <-> bc a cycle by argmax, d the root
+    scores = torch.full((5, 5), -5.0)
+    scores[1, 3] = 2.0   # a -> bc (its second piece's column counts for the word)
+    scores[2, 1] = 3.0   # bc -> a
+    scores[4, 0] = 1.0   # d -> root
+    scores[1, 4] = 1.5   # a -> d: the tree's choice, a (2.0 -> 1.5) cheaper to move than bc (3.0 -> -5.0)
+    words, matrix = word_scores(scores, ["\u2581a", "\u2581b", "c", "\u2581d"])
+    assert words == [["\u2581a"], ["\u2581b", "c"], ["\u2581d"]]
+    assert argmax_heads(matrix) == [2, 1, 0]
+    assert tree_heads(matrix) == [3, 1, 0]
 
 
 # ---- 8. the hidden-graph option ----------------------------------------------------------------------------------

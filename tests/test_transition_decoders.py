@@ -35,16 +35,18 @@ from .test_transitions import PAPER_TOKENS
 SYMBOLS = ["<s>", "<pad>", "</s>", "<unk>"] + sorted(set(PAPER_TOKENS))
 
 
-def paper_context(policy, tokens=PAPER_TOKENS):
+def paper_context(policy, tokens=PAPER_TOKENS, until=None):
     transitions = TargetTransitions(SYMBOLS)
     prev = torch.tensor([[2] + [SYMBOLS.index(t) for t in tokens]])  # BOS (= EOS in fairseq) first
-    return DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy == "prefix"), transitions
+    reencoded_until = torch.tensor([until]) if policy == "block" else None
+    return DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy != "causal",
+                                    reencoded_until=reencoded_until), transitions
 
 
 # ---- PARENT: masks by hand ------------------------------------------------------------------------------------
 
-def allowed_keys(policy, tokens=PAPER_TOKENS):
-    context, _ = paper_context(policy, tokens)
+def allowed_keys(policy, tokens=PAPER_TOKENS, until=None):
+    context, _ = paper_context(policy, tokens, until)
     width = context.tokens.size(1)
     args = type("Args", (), {"parent_head": 1, "decoder_attention_heads": 4})()
     module = ParentAttention(args, 8, 4, 0)
@@ -68,6 +70,16 @@ def test_parent_masks_of_the_papers_example_by_hand():
     # BiTran's view of the first 7 tokens (columns 0..7): "coals" has no parent yet, "the" has coals and the arc
     assert allowed_keys("prefix", PAPER_TOKENS[:7]) == {0: {0}, 1: {1, 3, 4}, 2: {2, 3, 4}, 3: {3}, 4: {4, 3},
                                                          5: {5, 6, 7}, 6: {6}, 7: {7, 6}}
+    # re-encoding every B steps, the prefix re-encoded at m = 4 (columns 0..4) and the columns after it causal:
+    # columns <= 4 know the arcs at columns <= 4 (nsubj), a later column c those at columns <= c
+    assert allowed_keys("block", until=4) == {0: {0}, 1: {1, 3, 4}, 2: {2, 3, 4}, 3: {3}, 4: {4, 3}, 5: {5},
+                                              6: {6}, 7: {7, 6}, 8: {8, 3}, 9: {9}, 10: {10, 3}}
+    # m = 7: "the" (5) now knows det (7), "coals" (6) not yet obj (8)
+    assert allowed_keys("block", until=7) == {0: {0}, 1: {1, 3, 4}, 2: {2, 3, 4}, 3: {3}, 4: {4, 3},
+                                              5: {5, 6, 7}, 6: {6}, 7: {7, 6}, 8: {8, 3}, 9: {9}, 10: {10, 3}}
+    # the two ends: m = 0 is the causal decoder, m = the last column the whole prefix
+    assert allowed_keys("block", until=0) == allowed_keys("causal")
+    assert allowed_keys("block", until=len(PAPER_TOKENS)) == whole
 
 
 # ---- the GCN decoder against §4's equations -------------------------------------------------------------------
@@ -107,19 +119,21 @@ def reference_gcn(layer, x, edges, label_of_edge):
     return out
 
 
-@pytest.mark.parametrize("policy", ["prefix", "causal"])
+@pytest.mark.parametrize("policy", ["prefix", "causal", "block"])
 @pytest.mark.parametrize("labels,gates", [(True, True), (False, True), (False, False)])
 def test_gcn_decoder_matches_the_equations(policy, labels, gates, device):
     """Two sentences (the paper's example and a shorter one, right-padded), two layers with residuals: each layer
     against the per-node loop over the edges TransitionState gives; under "causal" a node receives along an edge
-    only from the arc's column on."""
+    only from the arc's column on; under "block" (the prefix re-encoded at m = 5) from column max(arc, 5) on."""
     torch.manual_seed(0)
     short = PAPER_TOKENS[:4]
     transitions = TargetTransitions(SYMBOLS)
     rows = [[2] + [SYMBOLS.index(t) for t in PAPER_TOKENS], [2] + [SYMBOLS.index(t) for t in short]]
     width = len(rows[0])
     prev = torch.tensor([row + [1] * (width - len(row)) for row in rows])
-    context = DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy == "prefix")
+    until = 5
+    context = DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy != "causal",
+                                       reencoded_until=torch.tensor([until, until]) if policy == "block" else None)
     args = type("Args", (), {"decoder_transition_labels": transitions.num_labels, "no_decoder_gcn_labels": not labels,
                              "no_decoder_gcn_gates": not gates, "decoder_gcn_layers": 2,
                              "decoder_gcn_edge_dropout": 0.0})()
@@ -138,9 +152,10 @@ def test_gcn_decoder_matches_the_equations(policy, labels, gates, device):
         for source, target, label, step in zip(graph.source, graph.target, graph.label, graph.step):
             u, v, arc = int(source) + 1, int(target) + 1, int(step) + 1
             label_of_edge[(b, u, v)] = label_index[label]
-            if policy == "prefix" or arc <= v:
+            known_to_v, known_to_u = (max(v, until), max(u, until)) if policy == "block" else (v, u)
+            if policy == "prefix" or arc <= known_to_v:
                 edges["down"].add((b, u, v))
-            if policy == "prefix" or arc <= u:
+            if policy == "prefix" or arc <= known_to_u:
                 edges["up"].add((b, u, v))
     expected = x.double()
     for layer in module.layers:
@@ -231,6 +246,121 @@ def test_sampled_prefixes_predict_k_positions_with_their_exact_values(transition
     reference = label_smoothed_nll_loss(lprobs, sample["target"][predicted].view(-1), 0.1,
                                         ignore_index=task.target_dictionary.pad())[0]
     torch.testing.assert_close(loss, reference, rtol=1e-4, atol=1e-4)
+
+
+# ---- BiTran re-encoding every B steps (--reencode-every B) -----------------------------------------------------
+
+def features_of(model, sample, tokens=None):
+    net_input = dict(sample["net_input"])
+    if tokens is not None:
+        net_input["prev_output_tokens"] = tokens
+    with torch.no_grad():
+        return model(**net_input, features_only=True)[0]
+
+
+@pytest.mark.parametrize("every", [2, 3, 5])
+@pytest.mark.parametrize("options", [[], ["--decoder-syntax", "parent,gcn"]], ids=["bitran", "parent,gcn"])
+def test_block_reencoding_generates_what_training_scores(transition_bin, every, options):  # noqa: F811
+    """--reencode-every B: fairseq's incremental decoding (the prefix re-encoded at the block starts, its keys and
+    values cached and extended causally until the next one, hypotheses moved between rows at step 6) gives at
+    every column what the training forward gives (its views, one per block start)."""
+    _, destdir, _ = transition_bin
+    task, model = tiny_model(destdir, "--reencode-every", str(every), *options)
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 14)
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name=f"B={every}")
+
+
+@pytest.mark.parametrize("every", [2, 3, 5])
+def test_block_reencoding_never_reads_a_later_token(transition_bin, every):  # noqa: F811
+    """A column's prediction does not move when any token after it changes (right-padded batch of 5, PARENT and
+    the GCN decoder on): for every cut c, the features of columns 0..c with the tokens after c replaced."""
+    _, destdir, _ = transition_bin
+    task, model = tiny_model(destdir, "--reencode-every", str(every), "--decoder-syntax", "parent,gcn")
+    sample = first_batch(task)
+    prev = sample["net_input"]["prev_output_tokens"]
+    pad, replacement = task.target_dictionary.pad(), task.target_dictionary.index("LEFT-ARC:det")
+    features = features_of(model, sample)
+    for cut in range(12):
+        changed = prev.clone()
+        later = changed[:, cut + 1:]
+        changed[:, cut + 1:] = torch.where(later != pad, torch.full_like(later, replacement), later)
+        after = features_of(model, sample, changed)
+        torch.testing.assert_close(after[:, :cut + 1], features[:, :cut + 1], msg=lambda m: f"cut {cut}: {m}")
+        assert not torch.allclose(after[:, cut + 1:], features[:, cut + 1:])
+
+
+def test_block_starts_predict_exactly_as_bitran(transition_bin):  # noqa: F811
+    """With B = 3 the prediction at a block start m (0, 3, 6, ...) is exact BiTran's (B = 1, same parameters),
+    the prefix up to m re-encoded bidirectionally; between block starts it is not."""
+    _, destdir, _ = transition_bin
+    task, exact = tiny_model(destdir, "--decoder-syntax", "parent,gcn")
+    _, block = tiny_model(destdir, "--decoder-syntax", "parent,gcn", "--reencode-every", "3")
+    block.load_state_dict(exact.state_dict())
+    sample = first_batch(task)
+    exact_features, block_features = features_of(exact, sample), features_of(block, sample)
+    starts = torch.arange(0, exact_features.size(1), 3)
+    between = torch.tensor([c for c in range(1, exact_features.size(1)) if c % 3])
+    real = sample["net_input"]["prev_output_tokens"].ne(task.target_dictionary.pad())
+    torch.testing.assert_close(block_features[:, starts], exact_features[:, starts], rtol=1e-4, atol=1e-5)
+    differs = (block_features[:, between] - exact_features[:, between]).abs().amax(-1) > 1e-3
+    assert bool(differs[real[:, between]].all())
+
+
+@pytest.mark.parametrize("mechanisms", ["none", "parent,gcn"])
+def test_reencoding_beyond_the_longest_target_is_the_causal_decoder(transition_bin, mechanisms):  # noqa: F811
+    """B >= the longest target: one view per sentence, re-encoded at BOS only and causal after it: fairseq's
+    causal decoder over the transitions (Linearized; with PARENT and the GCN decoder on the "causal" policy),
+    with the same parameters, to the float."""
+    from .test_transition_decoding import build
+
+    _, destdir, _ = transition_bin
+    task, block = tiny_model(destdir, "--reencode-every", "1000", "--decoder-syntax", mechanisms)
+    _, causal, _ = build(destdir, "--arch", "transformer_linearized_tiny", "--decoder-syntax", mechanisms,
+                         "--dropout", "0")
+    causal.load_state_dict(block.state_dict())
+    sample = first_batch(task)
+    real = sample["net_input"]["prev_output_tokens"].ne(task.target_dictionary.pad())  # (padding: not predicted)
+    torch.testing.assert_close(features_of(block, sample)[real], features_of(causal, sample)[real], rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_beam_search_scores_are_the_training_forwards(transition_bin, every):  # noqa: F811
+    """The task's generator (transition masks; beam 4, nbest 4, 3 sentences, so finished sentences leave the
+    batch and the caches follow every reordering): each hypothesis's per-token scores are the log-probabilities
+    the training forward gives its tokens, teacher-forced, the sentence alone."""
+    from .test_transition_decoding import build
+
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, "--arch", "transformer_parent_tiny", "--dropout", "0", "--reencode-every",
+                             str(every), "--beam", "4", "--nbest", "4", "--max-len-a", "1.2", "--max-len-b", "10")
+    generator = task.build_generator([model], cfg.generation)
+    sample = first_batch(task, size=3)
+    with torch.no_grad():
+        hypotheses = task.inference_step(generator, [model], sample)
+    source, pad, checked = sample["net_input"]["src_tokens"], task.source_dictionary.pad(), 0
+    for b, sentence in enumerate(hypotheses):
+        alone = source[b][source[b].ne(pad)].unsqueeze(0)
+        for hypothesis in sentence:
+            target = hypothesis["tokens"].unsqueeze(0)
+            previous = torch.cat([target.new_full((1, 1), task.target_dictionary.eos()), target[:, :-1]], dim=1)
+            with torch.no_grad():
+                logits, _ = model(alone, torch.tensor([alone.size(1)]), previous)
+                scores = model.get_normalized_probs((logits, None), log_probs=True)[0].gather(
+                    1, target[0].unsqueeze(1)).squeeze(1)
+            torch.testing.assert_close(hypothesis["positional_scores"], scores, rtol=1e-4, atol=1e-4)
+            checked += 1
+    assert checked == 12
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--reencode-every", "0"], "must be >= 1"),
+    (["--reencode-every", "2", "--bitran-prefixes", "3"], "does not combine"),
+])
+def test_reencode_every_refuses_what_it_cannot_do(transition_bin, options, message):  # noqa: F811
+    _, destdir, _ = transition_bin
+    with pytest.raises(ValueError, match=message):
+        tiny_model(destdir, *options)
 
 
 def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training(transition_bin):  # noqa: F811

@@ -48,6 +48,16 @@ MULTI30K_SYSTEMS = {
                                  "--bitran-prefixes", "4"],
     "gcn_decoder_ungated_k4": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
                                "--no-decoder-gcn-gates", "--bitran-prefixes", "4"],
+    # every position trained at every update, the prefix re-encoded every 4 target columns and decoded causally in
+    # between (training and generation alike; --reencode-every 1 is the paper's BiTran): the campaign's rows of
+    # these decoders, at ~2-3x Linearized's cost per update where exact re-encoding costs ~12-18x
+    "bitran_b4": ["--arch", "transformer_bitran_multi30k", "--reencode-every", "4"],
+    "parent_b4": ["--arch", "transformer_parent_multi30k", "--reencode-every", "4"],
+    "gcn_decoder_b4": ["--arch", "transformer_gcn_decoder_multi30k", "--reencode-every", "4"],
+    "gcn_decoder_unlabeled_b4": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
+                                 "--reencode-every", "4"],
+    "gcn_decoder_ungated_b4": ["--arch", "transformer_gcn_decoder_multi30k", "--no-decoder-gcn-labels",
+                               "--no-decoder-gcn-gates", "--reencode-every", "4"],
     # Li et al.'s Dyn-STGCD: the translation and its graph generated together, on the target parse (no transitions),
     # and the ablations of the paper's Figure 5 (spatial / temporal convolution, dynamic W, dynamic A) and Table 4
     # (random walks: none, or on the target graph only)
@@ -59,9 +69,13 @@ MULTI30K_SYSTEMS = {
     "dyn_stgcd_no_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks",
                            "--dyn-stgcd-no-target-walks"],
     "dyn_stgcd_no_source_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks"],
-    # not the paper's: eq. 7's graph attention with Brody et al.'s GATv2 scores, whose ranking of the candidate
-    # heads depends on the row (the paper's GAT scores rank them alike in every row: docs/results.md)
+    # eq. 7's graph attention with Brody et al.'s GATv2 scores instead of the default biaffine ones (its records
+    # from before issue 77 had the paper's other equations: no residual, next-step edges, the smooth-L1 loss)
     "dyn_stgcd_gatv2": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-graph-attention", "gatv2"],
+    # the paper's equations as printed (no residual around eq. 8, GAT scores, eq. 7's next-step edges, smooth-L1):
+    # the form whose graph collapses (issue 77), kept to show what the deviations buy
+    "dyn_stgcd_paper": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-residual", "--dyn-stgcd-graph-attention",
+                        "gat", "--dyn-stgcd-new-node-edges", "next_step", "--dyn-stgcd-graph-loss", "smooth_l1"],
 }
 # Systems trained for the same number of translation pairs as the baseline's budget, not the same updates:
 # compare.py multiplies an update budget by (batches per epoch of the system's data-bin) / (those of the shared
@@ -75,7 +89,8 @@ EQUAL_PAIRS = ("multitask_pairs",)
 EQUAL_POSITIONS = ("bitran_k4_positions", "parent_k4_positions", "gcn_decoder_k4_positions")
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4", "gcn_decoder", "gcn_decoder_k4",
                       "gcn_decoder_unlabeled", "gcn_decoder_ungated", "gcn_decoder_unlabeled_k4",
-                      "gcn_decoder_ungated_k4", *EQUAL_POSITIONS)
+                      "gcn_decoder_ungated_k4", *EQUAL_POSITIONS, "bitran_b4", "parent_b4", "gcn_decoder_b4",
+                      "gcn_decoder_unlabeled_b4", "gcn_decoder_ungated_b4")
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
 # The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:

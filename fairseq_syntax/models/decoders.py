@@ -237,8 +237,11 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
                                alignment_layer, alignment_heads)
 
     def run_layers(self, x: Tensor, encoder_out, incremental_state, self_attn_mask, self_attn_padding_mask, syntax,
-                   alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None):
-        """The decoder layers over x (T, B, C): (features (B, T, C), extra)."""
+                   alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None, query_start: int = 0,
+                   encoder_attn_states: Optional[List[Dict]] = None):
+        """The decoder layers over x (T, B, C): (features (B, T, C), extra). `query_start`: the top layer computes
+        the columns from it on only (features (B, T - query_start, C)); `encoder_attn_states`: per layer, the
+        encoder-attention keys and values already projected (SyntaxDecoderLayer)."""
         if alignment_layer is None:
             alignment_layer = self.num_layers - 1
         enc = encoder_out["encoder_out"][0] if encoder_out is not None and encoder_out["encoder_out"] else None
@@ -247,10 +250,16 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
         attn: Optional[Tensor] = None
         inner_states: List[Optional[Tensor]] = [x]
         auxiliary_losses: Dict[str, Tensor] = {}
+        top = len(self.layers) - 1
         for idx, layer in enumerate(self.layers):
+            extra_args = {}
+            if query_start and idx == top:
+                extra_args["query_start"] = query_start
+            if encoder_attn_states is not None:
+                extra_args["encoder_attn_state"] = encoder_attn_states[idx]
             output = layer(x, enc, padding_mask, incremental_state, self_attn_mask=self_attn_mask,
                            self_attn_padding_mask=self_attn_padding_mask, need_attn=idx == alignment_layer,
-                           need_head_weights=idx == alignment_layer, syntax=syntax)
+                           need_head_weights=idx == alignment_layer, syntax=syntax, **extra_args)
             x, layer_attn, _ = split_layer_output(output, 3, self.layer_loss_names[idx], auxiliary_losses)
             inner_states.append(x)
             if layer_attn is not None and idx == alignment_layer:
@@ -274,52 +283,104 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
 class BiTranDecoder(SyntaxTransformerDecoder):
     """Choshen & Abend's bidirectional decoder (§2): the prediction after the prefix o_1..o_n comes from the
     prefix re-encoded with the mask M_bi (every token attends to every token of the prefix), decoder mechanisms
-    seeing that prefix's whole graph ("prefix" policy).
+    seeing that prefix's whole graph.
 
-    Training, exact (--bitran-prefixes 0): every prefix of every sentence is a view of its own. Views of one width
-    n (column n-1 predicts target n-1) are stacked into one batch of n columns with no padding, so a batch costs
-    one layer-stack call per distinct width and exactly the re-encoding's sum over prefixes of n columns (about
-    T^2/2 per sentence instead of T). Sampled (--bitran-prefixes k): k prefixes per sentence chosen uniformly
-    without replacement per update; only their positions are output, packed (extra["predicted"] says which;
-    the model's get_targets packs the targets alike). Generation re-encodes the prefix at every step of beam
-    search (no self-attention cache)."""
+    Re-encoding every B steps (--reencode-every B; B = 1, the default, is the paper's BiTran): the target's columns
+    fall into blocks of B starting at m = 0, B, 2B, ...; the prediction at column c of the block starting at m comes
+    from a view in which the columns <= m attend to each other bidirectionally (the prefix re-encoded at m, so the
+    prediction at m is exactly BiTran's) and the columns m+1..c attend causally, each mechanism seeing, in each
+    column, the edges that column's view knows (decoder context policy "block"). B >= the longest target is the
+    causal decoder. Generation re-encodes the prefix at the block starts and decodes causally with fairseq's
+    incremental cache in between, so that it scores exactly what training's views score.
+
+    Training, every position (--bitran-prefixes 0): one view per block start m over the sentences longer than m, of
+    width min(m + B, longest), sentences right-padded; the view outputs its columns m..m+B-1. With B = 1 every
+    prefix is a view of its own and views of one width are one batch with no padding: the re-encoding's sum over
+    prefixes of n columns (about T^2/2 per sentence instead of T); with B, about T^2/2B + T/2. Cheaper without
+    changing what is computed: the input vectors are made once per sentence, the encoder states projected for the
+    cross-attention once per sentence (not per view), and the top layer runs only the columns a view predicts.
+    Sampled (--bitran-prefixes k, B = 1 only): k prefixes per sentence chosen uniformly without replacement per
+    update (4 of ~30 positions of a Multi30k sentence: a cheaper, different training, which starves the decoder;
+    not the paper's); only their positions are output, packed (extra["predicted"] says which; the model's
+    get_targets packs the targets alike)."""
 
     policy = "prefix"
+
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+        self.reencode_every = int(getattr(cfg, "reencode_every", None) or 1)
+        shapes = {mechanism.shape for mechanism in self.syntax_choice.mechanisms}
+        if self.reencode_every > 1 and "self_attention" in shapes:
+            raise ValueError("--reencode-every B > 1 keeps fairseq's self-attention cache between re-encodings: a "
+                             "decoder mechanism that replaces self-attention is not supported with it")
+        top = self.syntax_choice.at(cfg.decoder.layers - 1)
+        # the top layer computes only the columns a view predicts (it needs the other columns as keys only)
+        self.top_layer_predicted_only = top is None or top.shape == "score_modifier"
 
     @property
     def predicts_some_positions(self) -> bool:
         return int(getattr(self.cfg, "bitran_prefixes", 0) or 0) > 0
 
-    def decoder_context(self, prev_output_tokens, incremental_state) -> Optional[DecoderContext]:
-        if self.transitions is None:
-            return None
-        scan = self.prefix_scan(prev_output_tokens, incremental_state)
-        return DecoderContext.from_scan(prev_output_tokens, scan, "prefix", reencoded=True)
+    def block_start(self, column: int) -> int:
+        """The column m at which the prefix was last re-encoded when column `column` is computed."""
+        return column - column % self.reencode_every
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
                          alignment_heads: Optional[int] = None, syntax: Optional[Dict[str, Tensor]] = None):
         syntax = dict(syntax or {})
-        context = self.decoder_context(prev_output_tokens, incremental_state)
         if incremental_state is not None:
-            # beam search: the rows are whole prefixes (no padding inside them); re-encode, keep the last column
-            x, extra = self.run_view(prev_output_tokens, encoder_out, syntax, context)
-            return x[:, -1:], extra
+            return self.generation_step(prev_output_tokens, encoder_out, syntax, incremental_state)
+        context = None
+        if self.transitions is not None:
+            scan = self.transitions.scan(prev_output_tokens)
+            context = DecoderContext.from_scan(prev_output_tokens, scan, "prefix", reencoded=True)
         return self.run_all_views(prev_output_tokens, encoder_out, syntax, context)
 
-    def run_view(self, tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
-        """One batch of prefixes (B, W), right-padded where shorter: every column attends to every real column."""
-        if context is not None:
-            syntax = dict(syntax, **{DECODER_CONTEXT: context})
-        padding = tokens.eq(self.padding_idx)
-        padding = padding if bool(padding.any()) else None
-        x = self.embed(tokens)
-        if self.input_module is not None:
-            x = self.input_module(x, syntax, padding)
-        return self.run_layers(x, encoder_out, None, None, padding, syntax)
+    # ---- generation -----------------------------------------------------------------------------------------------
+
+    def generation_step(self, prev_output_tokens: Tensor, encoder_out, syntax, incremental_state):
+        """One step of beam search (rows: whole prefixes, no padding inside them): the prediction at the newest
+        column c. At a block start (c = m) the prefix is re-encoded bidirectionally; with B > 1 its keys and values
+        fill fairseq's self-attention cache, which the causal steps m+1..m+B-1 extend. B = 1 re-encodes at every
+        step and keeps no cache."""
+        column = prev_output_tokens.size(1) - 1
+        start = self.block_start(column)
+        if self.transitions is not None:
+            scan = self.prefix_scan(prev_output_tokens, incremental_state)
+            until = prev_output_tokens.new_full((prev_output_tokens.size(0),), start)
+            syntax[DECODER_CONTEXT] = DecoderContext.from_scan(prev_output_tokens, scan, "block", reencoded=True,
+                                                               reencoded_until=until)
+        padding = prev_output_tokens.eq(self.padding_idx)
+        if self.reencode_every == 1:
+            x = self.embed(prev_output_tokens)
+            if self.input_module is not None:
+                x = self.input_module(x, syntax, padding if bool(padding.any()) else None)
+            x, extra = self.run_layers(x, encoder_out, None, None, padding if bool(padding.any()) else None, syntax)
+            return x[:, -1:], extra
+        if column == start:
+            self.forget_self_attention(incremental_state)
+            x = self.embed(prev_output_tokens)
+            if self.input_module is not None:
+                x = self.input_module(x, syntax, padding if bool(padding.any()) else None)
+            x, extra = self.run_layers(x, encoder_out, incremental_state, None,
+                                       padding if bool(padding.any()) else None, syntax)
+            return x[:, -1:], extra
+        x = self.decoder_input(prev_output_tokens, incremental_state, syntax)
+        newest = padding[:, -1:]
+        return self.run_layers(x, encoder_out, incremental_state, None, newest if bool(newest.any()) else None,
+                               syntax)
+
+    def forget_self_attention(self, incremental_state):
+        """Empty every layer's self-attention cache: the re-encoded prefix's keys and values replace it."""
+        for layer in self.layers:
+            layer.self_attn._set_input_buffer(incremental_state, {})
+
+    # ---- training -------------------------------------------------------------------------------------------------
 
     def view_rows(self, lengths: Tensor, width: int) -> Tensor:
-        """(B, width) bool: which views (sentence, width n = column + 1) are computed this update."""
+        """(B, width) bool: the positions predicted this update (sampled prefixes: k per sentence)."""
         columns = torch.arange(width, device=lengths.device)
         real = columns.unsqueeze(0) < lengths.unsqueeze(1)
         k = int(getattr(self.cfg, "bitran_prefixes", 0) or 0)
@@ -329,6 +390,51 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         keys = torch.rand(real.shape, device=lengths.device).masked_fill(~real, 2.0)
         rank = keys.argsort(dim=1).argsort(dim=1)
         return real & (rank < k)
+
+    def views(self, lengths: Tensor, chosen: Tensor):
+        """The views to run, as (rows, widths, until), per row: its view's width and the column m up to which it
+        is re-encoded (bidirectional), causal after it; a row predicts its columns m..width-1. Every position: one
+        view per block start m, rows right-padded to the widest. Sampled prefixes: right-padded groups of
+        one-prefix views of several widths (view_buckets), each row's whole prefix bidirectional."""
+        if self.predicts_some_positions and self.training:
+            view_sentence, view_column = chosen.nonzero(as_tuple=True)
+            for rows, widths in view_buckets(view_sentence, view_column + 1, PADDING_ALLOWED):
+                yield rows, widths, widths - 1
+            return
+        longest = int(lengths.max()) if lengths.numel() else 0
+        for start in range(0, longest, self.reencode_every):
+            rows = (lengths > start).nonzero(as_tuple=True)[0]
+            widths = lengths.index_select(0, rows).clamp(max=start + self.reencode_every)
+            yield rows, widths, torch.full_like(widths, start)
+
+    def encoder_attention_states(self, encoder_out) -> Optional[List[Dict[str, Optional[Tensor]]]]:
+        """Per layer, the encoder-attention keys and values of every sentence, projected once for all its views
+        (fairseq's saved-state layout, (B, heads, S, head_dim)); None where a view must project its own (no
+        encoder attention, or activation checkpointing, which recomputes a layer from its tensor arguments only)."""
+        if (encoder_out is None or not encoder_out.get("encoder_out") or self.cfg.checkpoint_activations
+                or any(layer.encoder_attn is None for layer in self.layers)):
+            return None
+        encoder = encoder_out["encoder_out"][0]  # (S, B, C)
+        padding = encoder_out["encoder_padding_mask"][0] if encoder_out.get("encoder_padding_mask") else None
+        states = []
+        for layer in self.layers:
+            attention = layer.encoder_attn
+            split = (encoder.size(0), encoder.size(1), attention.num_heads, attention.head_dim)
+            states.append({"prev_key": attention.k_proj(encoder).view(split).permute(1, 2, 0, 3),
+                           "prev_value": attention.v_proj(encoder).view(split).permute(1, 2, 0, 3),
+                           "prev_key_padding_mask": padding})
+        return states
+
+    def view_encoder_states(self, states, rows: Tensor):
+        if states is None:
+            return None
+        selected = []
+        for layer, state in zip(self.layers, states):
+            view_state: Dict = {}
+            layer.encoder_attn._set_input_buffer(view_state, {
+                name: value.index_select(0, rows) if value is not None else None for name, value in state.items()})
+            selected.append(view_state)
+        return selected
 
     def run_all_views(self, prev_output_tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
         batch, width = prev_output_tokens.shape
@@ -342,32 +448,42 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         column_aligned = {name for name in per_sentence if name in FEATURES and
                           FEATURES[name].alignment in ("target", "prev_output") and
                           FEATURES[name].kind not in ("word_value", "edge_value")}
-        view_sentence, view_column = chosen.nonzero(as_tuple=True)
-        # exact: many views of every width, so no padding at all; sampled: few per width, grouped with some padding
-        allowed = PADDING_ALLOWED if self.predicts_some_positions and self.training else 1.0
-        for rows, widths in view_buckets(view_sentence, view_column + 1, allowed):
-            wide = int(widths.max())
-            tokens = prev_output_tokens.index_select(0, rows)[:, :wide]
-            # a shorter view in the bucket: its prefix, padded on the right
-            outside = torch.arange(wide, device=tokens.device).unsqueeze(0) >= widths.unsqueeze(1)
-            tokens = tokens.masked_fill(outside, self.padding_idx)
+        embedded = self.embed(prev_output_tokens)  # (T, B, C), once per sentence for all its views
+        encoder_states = self.encoder_attention_states(encoder_out)
+        for rows, widths, until in self.views(lengths, chosen):
+            wide, start = int(widths.max()), int(until.min())
+            columns = torch.arange(wide, device=prev_output_tokens.device)
+            outside = columns.unsqueeze(0) >= widths.unsqueeze(1)  # a shorter view's columns, padded on the right
+            tokens = prev_output_tokens.index_select(0, rows)[:, :wide].masked_fill(outside, self.padding_idx)
             view_syntax = {name: value.index_select(0, rows)[:, :wide] if name in column_aligned
                            else value.index_select(0, rows) for name, value in per_sentence.items()}
-            view_context = None
             if context is not None:
-                columns = context.edge_columns.index_select(0, rows)[:, :wide, :wide]
-                labels = context.edge_labels.index_select(0, rows)[:, :wide, :wide]
-                inside = columns < widths.view(-1, 1, 1)  # the prefix's own graph: edges whose arc is in the view
-                view_context = DecoderContext(tokens, torch.where(inside, columns, torch.full_like(columns, -1)),
-                                              torch.where(inside, labels, torch.full_like(labels, -1)),
-                                              "prefix", reencoded=True)
-            x, extra = self.run_view(tokens, select_encoder_out(encoder_out, rows), view_syntax, view_context)
+                view_syntax[DECODER_CONTEXT] = DecoderContext(
+                    tokens, context.edge_columns.index_select(0, rows)[:, :wide, :wide],
+                    context.edge_labels.index_select(0, rows)[:, :wide, :wide], "block", reencoded=True,
+                    reencoded_until=until)
+            padding = tokens.eq(self.padding_idx)
+            padding = padding if bool(padding.any()) else None
+            x = embedded[:wide].index_select(1, rows)
+            if self.input_module is not None:
+                x = self.input_module(x, view_syntax, padding)
+            mask = None
+            if self.reencode_every > 1:  # one m for every row: the columns after it attend causally
+                causal = columns.view(1, -1) > torch.maximum(columns, columns.new_tensor(start)).view(-1, 1)
+                if bool(causal.any()):
+                    mask = torch.zeros(wide, wide, device=x.device, dtype=x.dtype).masked_fill(causal, float("-inf"))
+            query_start = start if self.top_layer_predicted_only else 0
+            x, extra = self.run_layers(x, select_encoder_out(encoder_out, rows), None, mask, padding, view_syntax,
+                                       query_start=query_start,
+                                       encoder_attn_states=self.view_encoder_states(encoder_states, rows))
             for name, value in extra.get("auxiliary_losses", {}).items():
                 auxiliary_losses[name] = auxiliary_losses[name] + value if name in auxiliary_losses else value
             if features is None:
                 features = x.new_zeros(batch, width, x.size(-1))
-            last = x.gather(1, (widths - 1).view(-1, 1, 1).expand(-1, 1, x.size(-1))).squeeze(1)
-            features = features.index_put((rows, widths - 1), last)
+            # each row's predicted columns, until..width-1
+            predicted = (columns.unsqueeze(0) >= until.unsqueeze(1)) & (columns.unsqueeze(0) < widths.unsqueeze(1))
+            row_index, column = predicted.nonzero(as_tuple=True)
+            features = features.index_put((rows[row_index], column), x[row_index, column - query_start])
         if features is None:
             features = prev_output_tokens.new_zeros(batch, width, self.output_embed_dim, dtype=torch.float)
         extra = {"attn": [None], "inner_states": [features.transpose(0, 1)], "predicted": chosen}

@@ -11,16 +11,24 @@ the paper) runs, at step t over the nodes 0..t:
             convolved nodes) and R^e that of the source graph (encoder outputs, the source parse as undirected
             piece arcs), each against its own trainable hidden graphs (modules/random_walk_kernel.py; groups of
             --dyn-stgcd-hidden-graphs, walks of 0..--dyn-stgcd-walk-steps), each normalised by a LayerNorm;
+            eq. 8 as a residual update by default (Y^l = X^l + MLP(...), X^l the block's input, the token
+            embeddings in the first block; --dyn-stgcd-no-residual: the paper's Y^l = MLP(...), under which the
+            nodes collapse into one vector and the graph learns its heads far slower, if at all);
   encoder   attention of the nodes to the encoder output (ours, --dyn-stgcd-encoder-attention, on by default: the
             paper's §2 decoder "generates the target tokens by attending the source context" but §3 names no
             attention; without one the source reaches the decoder only as <sog> and R^e);
   temporal  modules/temporal_convolution.py (width-1 convolution, dilated causal convolution of dilation 2^l,
             basic GCN over A_t), as a residual block.
-The prediction at column t is the last block's vector of node t. Loss (eq. 9, the `target_graph` auxiliary loss of
-syntax_label_smoothed_cross_entropy, weight --dyn-stgcd-graph-loss-weight): at every step, smooth-L1 between A^L_t
-and the gold graph of the nodes 0..t (row = dependent, 1 at its head's column and on the diagonal; pieces of a word
-link to its first piece, appendix B.1; the root's first piece links to BOS), averaged over the step's real
-entries, summed over the target tokens like the translation loss.
+The prediction at column t is the last block's vector of node t. Graph loss (eq. 9's term, the `target_graph`
+auxiliary loss of syntax_label_smoothed_cross_entropy, weight --dyn-stgcd-graph-loss-weight), at every step
+against the gold graph of the nodes 0..t (row = dependent, 1 at its head's column and on the diagonal; pieces of a
+word link to its first piece, appendix B.1; the root's first piece links to BOS), one value per step summed over
+the target tokens like the translation loss: head_ce (default, ours) the mean over the rows whose gold head is
+among the step's nodes of -log p(head) under the row's distribution (the last block's graph attention, or A_t's
+row normalised off the diagonal: --dyn-stgcd-heads-from); smooth_l1 (the paper's) between A^L_t and the gold
+graph, summed over each row's entries and averaged over the rows. The heads of a generated graph (--trees-out) are
+read from the same rows at the hypothesis's last step, decoded into a maximum spanning tree. The options' defaults
+are DEFAULTS below; docs/methods.md names each deviation from the paper.
 
 Where the equations allow no cache: every step re-encodes every node (W_t and A_t change every entry at every
 step, so no node's vector from an earlier step can be reused); what is carried from step to step, in training and
@@ -38,12 +46,21 @@ from fairseq.modules import PositionalEmbedding
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..modules.dynamic_gcn import GRAPH_ATTENTION_SCORES, DynamicGCNState
+from ..modules.dynamic_gcn import GRAPH_ATTENTION_SCORES, NEW_NODE_EDGES, DynamicGCNState, masked_log_softmax
 from ..modules.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
-from ..modules.target_graph import gold_target_graph, graph_loss, piece_graph, predicted_tree
+from ..modules.target_graph import (
+    gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, predicted_tree,
+)
 from .decoders import register_decoder
 
 GRAPH_LOSS = "target_graph"
+GRAPH_LOSSES = ("head_ce", "smooth_l1")
+HEADS_FROM = ("attention", "adjacency")
+# every option's default, in this one place (the options are None unless given; `option` reads them)
+DEFAULTS = dict(kernel_size=3, walk_steps=1, hidden_graphs="6x6,6x4", graph_loss="head_ce", graph_loss_weight=1.0,
+                heads_from="attention", graph_attention="gatv2", new_node_edges="own_step")
+# 2: residual, own-step edges, per-row scores, the head cross-entropy as defaults (a state dict without it is older)
+GRAPH_VERSION = 2
 BLOCK_STACKED = ("source_keys", "source_values")  # context entries (blocks, B, ...)
 STATE_KEY = "dyn_stgcd"
 
@@ -60,6 +77,12 @@ def parse_hidden_graphs(spec: str) -> List[Tuple[int, int]]:
             raise ValueError(f"--dyn-stgcd-hidden-graphs {spec!r}: every group needs at least one graph of one node")
         groups.append((count, nodes))
     return groups
+
+
+def option(cfg, name: str):
+    """--dyn-stgcd-NAME as given, else its default (DEFAULTS)."""
+    value = getattr(cfg, f"dyn_stgcd_{name}", None)
+    return DEFAULTS[name] if value is None else value
 
 
 def select_rows(context: Dict[str, Tensor], rows: Tensor) -> Dict[str, Tensor]:
@@ -79,13 +102,27 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
                            help="width of the graph nodes and evolving weights (default: --decoder-embed-dim; the "
                                 "weight GRU costs 6 G^3 per sentence, step and block)")
         group.add_argument("--dyn-stgcd-kernel-size", type=int, metavar="H",
-                           help="kernel size of the dilated causal convolution (default 3)")
+                           help=f"kernel size of the dilated causal convolution (default {DEFAULTS['kernel_size']})")
         group.add_argument("--dyn-stgcd-walk-steps", type=int, metavar="P",
-                           help="random walks of 0..P steps (default 1: the paper's P = {0, 1})")
+                           help=f"random walks of 0..P steps (default {DEFAULTS['walk_steps']}: the paper's "
+                                "P = {0, 1})")
         group.add_argument("--dyn-stgcd-hidden-graphs", type=str, metavar="KxN,...",
-                           help="groups of trainable hidden graphs, COUNTxNODES (default 6x6,6x4 as in the paper)")
+                           help="groups of trainable hidden graphs, COUNTxNODES (default "
+                                f"{DEFAULTS['hidden_graphs']} as in the paper)")
+        group.add_argument("--dyn-stgcd-graph-loss", choices=GRAPH_LOSSES, metavar="LOSS",
+                           help="the graph loss of every step: head_ce (ours: the cross-entropy of each row's gold "
+                                "head under the row's distribution over the step's nodes, see "
+                                "--dyn-stgcd-heads-from) or smooth_l1 (the paper's eq. 9 on A_t, summed over a "
+                                "row's entries, averaged over the rows; heads then read from A). Default "
+                                f"{DEFAULTS['graph_loss']}")
         group.add_argument("--dyn-stgcd-graph-loss-weight", type=float, metavar="W",
-                           help="weight of the smooth-L1 graph loss of eq. 9 (default 1)")
+                           help=f"weight of the graph loss (default {DEFAULTS['graph_loss_weight']})")
+        group.add_argument("--dyn-stgcd-heads-from", choices=HEADS_FROM, metavar="GRAPH",
+                           help="the rows that the head_ce loss trains and --trees-out reads: attention (the last "
+                                "block's graph-attention coefficients of the step, every row of which is computed "
+                                "at that step with own_step edges) or adjacency (A_t's rows normalised off the "
+                                f"diagonal). Default {DEFAULTS['heads_from']}; adjacency wherever there is no "
+                                "attention over every node of a step (smooth_l1, next_step, static_adjacency)")
         group.add_argument("--dyn-stgcd-teacher-forced-adjacency", action="store_true", default=None,
                            help="eq. 7 refines the gold graph of the previous step instead of the model's own "
                                 "(training; generation has no gold graph and uses its own)")
@@ -101,8 +138,20 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         group.add_argument("--dyn-stgcd-graph-attention", choices=GRAPH_ATTENTION_SCORES, metavar="SCORES",
                            help="scores of eq. 7's graph-attention coefficients: gat (the paper's, Velickovic et "
                                 "al.; every row ranks the candidate nodes alike, so the graph gives every word the "
-                                "same head) or gatv2 (Brody et al.'s a . LeakyReLU(W_i y_i + W_j y_j), each row "
-                                "its own ranking; not in the paper). Default gat")
+                                "same head), gatv2 (Brody et al.'s a . LeakyReLU(W_i y_i + W_j y_j), each row "
+                                "its own ranking) or biaffine (Dozat & Manning's, SuPar's arc scorer); gatv2 and "
+                                f"biaffine are not in the paper. Default {DEFAULTS['graph_attention']}")
+        group.add_argument("--dyn-stgcd-new-node-edges", choices=NEW_NODE_EDGES, metavar="WHEN",
+                           help="own_step (the paper's inference section: the node that joins at step t gets its "
+                                "edges at step t, Ã_t computed from the block's inputs of step t) or next_step "
+                                "(eq. 7 as printed: Ã_{t-1} from the block's outputs of step t-1, so the newest "
+                                "node's row is content-free and the last word is read as the root). Default "
+                                f"{DEFAULTS['new_node_edges']}")
+        group.add_argument("--dyn-stgcd-no-residual", action="store_true", default=None,
+                           help="eq. 8 as printed, Y^l = MLP(...): without the residual Y^l = X^l + MLP(...) (X^l "
+                                "the block's input, the token embeddings in the first block) every node gets the "
+                                "same vector, and with 3 blocks or more the graph learns its heads far slower, if "
+                                "at all")
         group.add_argument("--dyn-stgcd-no-encoder-attention", action="store_true", default=None,
                            help="no attention to the encoder output in the blocks (the source reaches the decoder "
                                 "as <sog> and R^e only)")
@@ -130,22 +179,32 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         self.predicts_graph = "no_spatial" not in ablations
         # <sog> enters the graph convolutions only (none without the spatial layer)
         self.sog = nn.Linear(encoder_dim, dim) if self.predicts_graph else None
-        walk_steps = int(getattr(cfg, "dyn_stgcd_walk_steps", None) if getattr(cfg, "dyn_stgcd_walk_steps", None)
-                         is not None else 1)
-        groups = parse_hidden_graphs(getattr(cfg, "dyn_stgcd_hidden_graphs", None) or "6x6,6x4")
+        walk_steps = int(option(cfg, "walk_steps"))
+        groups = parse_hidden_graphs(option(cfg, "hidden_graphs"))
         self.source_walks = (None if getattr(cfg, "dyn_stgcd_no_source_walks", False)
                              else WalkFeatures(encoder_dim, groups, walk_steps))
         target_walks = None if getattr(cfg, "dyn_stgcd_no_target_walks", False) else WalkFeatures(dim, groups,
                                                                                                    walk_steps)
         walk_dims = sum(w.dim for w in (self.source_walks, target_walks) if w is not None)
         layers = cfg.decoder.layers
-        kernel_size = int(getattr(cfg, "dyn_stgcd_kernel_size", None) or 3)
+        kernel_size = int(option(cfg, "kernel_size"))
         encoder_attention = not (no_encoder_attn or getattr(cfg, "dyn_stgcd_no_encoder_attention", False))
+        new_node_edges = option(cfg, "new_node_edges")
+        self.residual = not getattr(cfg, "dyn_stgcd_no_residual", False)
+        self.graph_attention = option(cfg, "graph_attention")
+        self.new_node_edges = new_node_edges
         self.blocks = nn.ModuleList(
             Block(i, layers, dim, encoder_dim, cfg.decoder.attention_heads, kernel_size, cfg.dropout,
                   cfg.attention_dropout, encoder_attention, walk_dims, target_walks if i == layers - 1 else None,
-                  ablations, getattr(cfg, "dyn_stgcd_graph_attention", None) or "gat")
+                  ablations, self.graph_attention, new_node_edges, self.residual)
             for i in range(layers))
+        self.graph_loss = option(cfg, "graph_loss")
+        if self.graph_loss not in GRAPH_LOSSES:
+            raise ValueError(f"--dyn-stgcd-graph-loss {self.graph_loss!r}: not among {list(GRAPH_LOSSES)}")
+        # the rows heads are learnt in and read from: the attention only where it covers every node of a step
+        attention_everywhere = new_node_edges == "own_step" and "static_adjacency" not in ablations
+        self.heads_from = ("attention" if self.graph_loss == "head_ce" and attention_everywhere
+                           and option(cfg, "heads_from") == "attention" else "adjacency")
         self.teacher_forced = bool(getattr(cfg, "dyn_stgcd_teacher_forced_adjacency", False))
         self.offload_activations = bool(getattr(cfg, "offload_activations", False))
         self.checkpoint_blocks = bool(getattr(cfg, "checkpoint_activations", False)) or self.offload_activations
@@ -162,8 +221,29 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         self.source_features = self.syntax_features
         self.optional_syntax_features = ("prev_parent_first", "prev_word_ids") if self.predicts_graph else ()
         self.auxiliary_loss_names = (GRAPH_LOSS,)
-        weight = getattr(cfg, "dyn_stgcd_graph_loss_weight", None)
-        self.auxiliary_loss_weights = {GRAPH_LOSS: float(1.0 if weight is None else weight)}
+        self.auxiliary_loss_weights = {GRAPH_LOSS: float(option(cfg, "graph_loss_weight"))}
+        # marks a checkpoint of this version (upgrade_state_dict_named): those before it lack it
+        self.register_buffer("graph_version", torch.tensor(GRAPH_VERSION), persistent=True)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A checkpoint from before the residual, the own-step edges and GATv2 became the defaults (no
+        graph_version) was trained with the paper's equations: it loads only into a decoder built with them, which
+        the options passed at load time (fairseq's --model-overrides) must ask for; otherwise it would load into
+        another computation, or fail on the attention's parameters."""
+        prefix = f"{name}." if name else ""
+        key = prefix + "graph_version"
+        if key not in state_dict:
+            papers_attention = any(k.startswith(prefix + "blocks.") and k.endswith(".attention.psi")
+                                   for k in state_dict)
+            if (self.residual or self.new_node_edges != "next_step"
+                    or (papers_attention and self.graph_attention != "gat")):
+                raise ValueError(
+                    "a Dyn-STGCD checkpoint from before graph version 2 was trained with the paper's equations: load "
+                    "it with --model-overrides \"{'dyn_stgcd_no_residual': True, 'dyn_stgcd_new_node_edges': "
+                    "'next_step', 'dyn_stgcd_graph_attention': 'gat', 'dyn_stgcd_graph_loss': 'smooth_l1'}\" "
+                    "(gatv2 if it was trained with --dyn-stgcd-graph-attention gatv2)")
+            state_dict[key] = self.graph_version.detach().clone()
+        return super().upgrade_state_dict_named(state_dict, name)
 
     def max_positions(self):
         return self.max_target_positions
@@ -214,24 +294,40 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
     def step(self, tokens: Tensor, states: List[DynamicGCNState], context: Dict[str, Tensor],
              gold_previous: Optional[Tensor] = None, embeddings: Optional[Tensor] = None):
         """Step t = tokens.size(1) - 1: every block over the nodes 0..t. Gives node t's last vector (B, G), the
-        last block's A_t (B, n, n) and the new states."""
+        last block's A_t (B, n, n), the raw scores of its graph attention (DynamicGCN.step; None without one) and
+        the new states."""
         node_mask = tokens.ne(self.padding_idx)
         # the steps of training (rows leave the loop at their last real column, targets are right-padded) and of
         # beam search see no padding: None spares every mask operation of the blocks
         node_mask = None if bool(node_mask.all()) else node_mask
         context = dict(context, embeddings=self.node_inputs(tokens) if embeddings is None else embeddings)
-        y, new_states, adjacency = None, [], None  # Y^0 = 0: the first block computes nothing of it
+        y, new_states, adjacency, scores = None, [], None, None  # Y^0 = 0: the first block computes nothing of it
         for block, state in zip(self.blocks, states):
             if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
                 # --checkpoint-activations: the block runs again in the backward pass (dropout replayed); its
                 # inputs, state and context all arrive as arguments, so nothing it reads can change in between
                 with torch.autograd.graph.save_on_cpu() if self.offload_activations else nullcontext():
-                    y, adjacency, state = checkpoint(block, y, node_mask, state, context, gold_previous,
-                                                     use_reentrant=False)
+                    y, adjacency, state, scores = checkpoint(block, y, node_mask, state, context, gold_previous,
+                                                             use_reentrant=False)
             else:
-                y, adjacency, state = block(y, node_mask, state, context, gold_previous)
+                y, adjacency, state, scores = block(y, node_mask, state, context, gold_previous)
             new_states.append(state)
-        return y[:, -1], adjacency, new_states
+        return y[:, -1], adjacency, scores, new_states
+
+    def head_log_probs(self, adjacency: Tensor, scores: Optional[Tensor], node_mask: Optional[Tensor]) -> Tensor:
+        """The rows heads are learnt in and read from, as log-distributions over the step's nodes (B, n, n)
+        float32 (node_mask (B, n) or None: all real; 0 in padded rows and columns): the last block's graph
+        attention of own-step edges (its coefficients' logarithms, the node itself among the candidates as in Ã),
+        or A_t's rows normalised over the other real nodes (the diagonal is the node's self-connection, not a
+        head)."""
+        if self.heads_from == "attention":
+            allowed = None if node_mask is None else node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
+            return masked_log_softmax(scores, allowed, dim=2)
+        n = adjacency.size(1)
+        allowed = ~torch.eye(n, dtype=torch.bool, device=adjacency.device).unsqueeze(0)
+        if node_mask is not None:
+            allowed = allowed & node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
+        return masked_log_softmax(adjacency.float().clamp(min=torch.finfo(torch.float32).tiny).log(), allowed, dim=2)
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only: bool = False,
                 full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
@@ -249,9 +345,10 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
             return self.extract_step(prev_output_tokens, encoder_out, incremental_state)
         context = self.source_context(encoder_out)
         node_mask = prev_output_tokens.ne(self.padding_idx)
-        gold = None
+        gold = heads = None
         if self.predicts_graph and "prev_parent_first" in features and "prev_word_ids" in features:
             gold = gold_target_graph(features["prev_parent_first"], features["prev_word_ids"], node_mask)
+            heads = gold_heads(gold)
         states = self.initial_states(prev_output_tokens)
         # a column's input does not depend on later columns (positions count from the left): embedded once
         embeddings = self.node_inputs(prev_output_tokens)
@@ -259,6 +356,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         batch, width = prev_output_tokens.shape
         last_step = node_mask.sum(dim=1) - 1  # each row's graph is complete at the step of its last column
         final = torch.zeros(batch, width, width, device=prev_output_tokens.device)
+        final_heads = torch.zeros(batch, width, width, device=prev_output_tokens.device)
         # the rows still stepped: a row whose remaining columns are all padding leaves the loop (its later outputs
         # are padding, which no loss reads; rows are independent, so the others' values do not change)
         rows = torch.arange(batch, device=prev_output_tokens.device)
@@ -270,19 +368,30 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
                 states = [state.index_select(kept) for state in states]
             gold_previous = (gold[rows, :t, :t] if gold is not None and self.teacher_forced and self.training
                              else None)
-            out, adjacency, states = self.step(prev_output_tokens[rows, :t + 1], states, context, gold_previous,
-                                               embeddings[rows, :t + 1])
+            out, adjacency, scores, states = self.step(prev_output_tokens[rows, :t + 1], states, context,
+                                                       gold_previous, embeddings[rows, :t + 1])
             outputs.append(out.new_zeros(batch, out.size(1)).index_copy(0, rows, out))
             ending = last_step[rows] == t  # (of the rows stepped) graphs complete at this step
+            any_ending = bool(ending.any())
             final[rows[ending], :t + 1, :t + 1] = adjacency.detach()[ending]
+            if not self.predicts_graph:
+                continue
+            step_mask = node_mask[rows, :t + 1]
+            log_probs = None
+            if any_ending or (gold is not None and self.graph_loss == "head_ce"):
+                log_probs = self.head_log_probs(adjacency, scores, step_mask)
+            if any_ending:
+                final_heads[rows[ending], :t + 1, :t + 1] = log_probs.detach()[ending]
             if gold is not None:
-                step_mask = node_mask[rows, :t + 1]
-                losses.append((graph_loss(adjacency, gold[rows, :t + 1, :t + 1], step_mask)
-                               * node_mask[rows, t]).sum())
+                value = (graph_loss(adjacency, gold[rows, :t + 1, :t + 1], step_mask)
+                         if self.graph_loss == "smooth_l1" else head_loss(log_probs, heads[rows]))
+                losses.append((value * node_mask[rows, t]).sum())
         x = torch.stack(outputs, dim=1)
         if self.graph_to_output is not None:
             x = self.graph_to_output(x)
         extra = {"attn": [None], "inner_states": [x.transpose(0, 1)], "adjacency": final}
+        if self.predicts_graph:
+            extra["head_scores"] = final_heads
         if losses:
             extra["auxiliary_losses"] = {GRAPH_LOSS: torch.stack(losses).sum()}
         return x, extra
@@ -295,10 +404,10 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
             context = self.source_context(encoder_out)
             states = self.initial_states(prev_output_tokens)
             for t in range(prev_output_tokens.size(1) - 1):
-                _, _, states = self.step(prev_output_tokens[:, :t + 1], states, context)
+                *_, states = self.step(prev_output_tokens[:, :t + 1], states, context)
         else:
             context, states = kept["context"], kept["states"]
-        out, adjacency, states = self.step(prev_output_tokens, states, context)
+        out, adjacency, _, states = self.step(prev_output_tokens, states, context)
         self.set_incremental_state(incremental_state, STATE_KEY, {
             "length": prev_output_tokens.size(1), "context": context, "states": states, "adjacency": adjacency})
         x = out.unsqueeze(1)
@@ -306,9 +415,11 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
             x = self.graph_to_output(x)
         return x, {"attn": [None], "inner_states": [x.transpose(0, 1)], "adjacency": adjacency}
 
-    def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor]) -> List[Tuple[List[List[str]], List[int]]]:
+    def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor],
+                         tree: bool = True) -> List[Tuple[List[List[str]], List[int]]]:
         """The tree of each generated hypothesis (token ids ending with EOS; row i of `encoder_out` is its source):
-        the graph of its last step, read as heads (predicted_tree)."""
+        the head rows of its last step's graph (head_log_probs: the attention or A) decoded into the maximum
+        spanning tree (predicted_tree), or, without `tree`, each word's argmax (not checked to be a tree)."""
         eos, pad = self.dictionary.eos(), self.dictionary.pad()
         pieces = [tokens[:-1] if len(tokens) and int(tokens[-1]) == eos else tokens for tokens in hypotheses]
         prev = torch.full((len(pieces), 1 + max(len(p) for p in pieces)), pad, dtype=torch.long,
@@ -318,8 +429,9 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
             prev[row, 1:1 + len(tokens)] = tokens
         with torch.no_grad():  # (in the mode generation put the model in: no state switched around the call)
             _, extra = self.extract_features(prev, encoder_out)
-        return [predicted_tree(extra["adjacency"][row, :len(tokens) + 1, :len(tokens) + 1],
-                               [self.dictionary[i] for i in tokens.tolist()]) for row, tokens in enumerate(pieces)]
+        return [predicted_tree(extra["head_scores"][row, :len(tokens) + 1, :len(tokens) + 1],
+                               [self.dictionary[i] for i in tokens.tolist()], tree=tree)
+                for row, tokens in enumerate(pieces)]
 
     def output_layer(self, features):
         return self.output_projection(features)

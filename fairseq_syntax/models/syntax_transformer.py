@@ -122,8 +122,12 @@ class SyntaxTransformerModel(TransformerModel):
                                  "bidirectional decoder, the prefix re-encoded at every step; dyn_stgcd: Li et "
                                  "al.'s dynamic spatial-temporal graph convolutional decoder")
         parser.add_argument("--bitran-prefixes", type=int, metavar="K",
-                            help="bitran training: K prefixes per sentence sampled per update (0, the default: "
-                                 "every prefix, exact)")
+                            help="bitran training: K prefixes per sentence sampled per update, the others not "
+                                 "trained (0, the default: every position, every update)")
+        parser.add_argument("--reencode-every", type=int, metavar="B",
+                            help="bitran: re-encode the prefix bidirectionally every B target columns and decode "
+                                 "causally in between, in training and generation alike (1, the default: every "
+                                 "step, the paper's BiTran; B >= the target length: the causal decoder)")
         for mechanism in {**ENCODER_MECHANISMS, **DECODER_MECHANISMS}.values():
             mechanism.add_args(parser)
         for decoder in DECODERS.values():
@@ -144,6 +148,14 @@ class SyntaxTransformerModel(TransformerModel):
             args.target_word_level = bool(manifest.word_level)
         if int(getattr(args, "bitran_prefixes", 0) or 0) < 0:
             raise ValueError(f"--bitran-prefixes must be >= 0 (0: every prefix), got {args.bitran_prefixes}")
+        if args.reencode_every < 1:
+            raise ValueError(f"--reencode-every must be >= 1 (1: every step, the paper's BiTran), got "
+                             f"{args.reencode_every}")
+        if args.reencode_every > 1 and args.bitran_prefixes > 0:
+            raise ValueError("--reencode-every B > 1 trains every position of every sentence: it does not combine "
+                             "with --bitran-prefixes")
+        if args.reencode_every > 1 and args.decoder_type != "bitran":
+            raise ValueError(f"--reencode-every is an option of --decoder-type bitran, not {args.decoder_type}")
         # label dictionary sizes, for mechanisms that embed labels (recorded in the checkpoint's args)
         label_dicts = getattr(task, "label_dicts", {})
         for side in ("source", "target"):
@@ -217,6 +229,8 @@ def syntax_defaults(args):
     args.decoder_syntax = getattr(args, "decoder_syntax", None) or "none"
     args.decoder_type = getattr(args, "decoder_type", None) or "transformer"
     args.bitran_prefixes = int(getattr(args, "bitran_prefixes", None) or 0)
+    every = getattr(args, "reencode_every", None)
+    args.reencode_every = 1 if every is None else int(every)
 
 
 @register_model_architecture("syntax_transformer", "syntax_transformer")

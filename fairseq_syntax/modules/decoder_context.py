@@ -12,7 +12,13 @@ context holds, for the rows the decoder runs (B rows of T columns, column 0 = BO
                   "causal"  fairseq's decoder, each column computed once with what its step knew: column c uses
                             the edges whose arc column is <= c (the graph of the prefix it was computed from)
                   "prefix"  every row is one prefix re-encoded (BiTran): all of its edges, at every column
+                  "block"   BiTran re-encoding every B steps (--reencode-every B): the columns <= m of a row
+                            (m = `reencoded_until`, its last re-encoded column) were re-encoded together and use
+                            the edges of that prefix (arc column <= m); a later column c was computed causally at
+                            its own step and uses the edges whose arc column is <= c. "causal" is "block" with
+                            m = 0, "prefix" is "block" with m = the row's last column.
   reencoded     whether every column is recomputed at every step (BiTran) or kept from its own step
+  reencoded_until  (B,) long, "block" only: each row's m
 Mechanisms take edges through `visible()` and never look past it, so the policy decides what a column can know.
 """
 from dataclasses import dataclass
@@ -25,7 +31,7 @@ from ..data.transition_function import TransitionScan
 from ..data.transition_channels import target_token_classes
 from ..data.transition_tokens import parse_arc
 
-POLICIES = ("causal", "prefix")
+POLICIES = ("causal", "prefix", "block")
 
 
 class TargetTransitions:
@@ -80,32 +86,40 @@ class DecoderContext:
     edge_labels: Tensor
     policy: str = "causal"
     reencoded: bool = False
+    reencoded_until: Optional[Tensor] = None
 
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise ValueError(f"decoder context policy {self.policy!r} is not one of {POLICIES}")
+        if (self.policy == "block") != (self.reencoded_until is not None):
+            raise ValueError("the decoder context policy 'block', and only it, takes reencoded_until (B,)")
 
     @classmethod
-    def from_scan(cls, tokens: Tensor, scan: TransitionScan, policy: str, reencoded: bool) -> "DecoderContext":
+    def from_scan(cls, tokens: Tensor, scan: TransitionScan, policy: str, reencoded: bool,
+                  reencoded_until: Optional[Tensor] = None) -> "DecoderContext":
         columns = edge_columns_of(scan)
-        return cls(tokens, columns, edge_labels_of(scan, columns), policy, reencoded)
+        return cls(tokens, columns, edge_labels_of(scan, columns), policy, reencoded, reencoded_until)
 
     def visible(self, query_columns: Optional[Tensor] = None, receiver: str = "target") -> Tensor:
         """(B, Tq, T) bool, [b, target, source]: whether the column that receives along the edge source -> target
         may use it: the target (attention to parents, messages from parents) or, for a message sent back along
         the edge, the source (`receiver`). `query_columns` (Tq,) picks target columns (default: all). Under
-        "causal" an edge is visible to a column from its arc's column on; under "prefix" every edge is."""
+        "causal" an edge is visible to a column from its arc's column on; under "prefix" every edge is; under
+        "block" to a column from max(its arc's column, m) on."""
         columns = self.edge_columns if query_columns is None else self.edge_columns[:, query_columns]
         present = columns >= 0
         if self.policy == "prefix":
             return present
         if receiver == "source":
-            sources = torch.arange(self.edge_columns.size(2), device=columns.device)
-            return present & (columns <= sources.view(1, 1, -1))
-        targets = (torch.arange(self.edge_columns.size(1), device=columns.device) if query_columns is None
-                   else query_columns)
-        return present & (columns <= targets.view(1, -1, 1))
+            receivers = torch.arange(self.edge_columns.size(2), device=columns.device).view(1, 1, -1)
+        else:
+            receivers = (torch.arange(self.edge_columns.size(1), device=columns.device) if query_columns is None
+                         else query_columns).view(1, -1, 1)
+        if self.policy == "block":
+            receivers = torch.maximum(receivers, self.reencoded_until.view(-1, 1, 1))
+        return present & (columns <= receivers)
 
     def index_select(self, rows: Tensor) -> "DecoderContext":
+        until = self.reencoded_until.index_select(0, rows) if self.reencoded_until is not None else None
         return DecoderContext(self.tokens.index_select(0, rows), self.edge_columns.index_select(0, rows),
-                              self.edge_labels.index_select(0, rows), self.policy, self.reencoded)
+                              self.edge_labels.index_select(0, rows), self.policy, self.reencoded, until)

@@ -8,7 +8,10 @@ At step t the graph has the nodes 0..t (decoder columns: 0 = BOS, c = the token 
 
   Ã_{t-1}  = GAT coefficients of the layer's outputs Y^l_{t-1} of step t-1 between the nodes observed at t-1:
              ã_ij = softmax_j LeakyReLU(psi^T [W y_i || W y_j]) over the observed j (time-causal: node t is not
-             observed yet, so its row and column are 0)
+             observed yet, so its row and column are 0). That is eq. 7 as printed (new_node_edges "next_step");
+             the default of the decoder, "own_step", is the paper's inference section: Ã_t over the nodes 0..t
+             from the layer's inputs of step t, so the node that joins at step t has edges at step t. The scores
+             are the paper's GAT or, options, GATv2's or a biaffine's (GraphAttentionCoefficients)
   A_t      = Sigmoid(alpha (A_{t-1} + Ã_{t-1}) + beta)                                             (eq. 7)
              A_{-1} = I ("initialised diagonal for a maximum number of candidate nodes"): the entries of a node
              that joins at step t have gone through t updates with nothing added, so they come in at g^t(0) (g^t(1)
@@ -21,7 +24,8 @@ At step t the graph has the nodes 0..t (decoder columns: 0 = BOS, c = the token 
              node, D the row degrees (<sog>'s: its n links plus itself)                                 (eq. 2, 5)
 
 Readings of what the paper leaves open, each a choice here: "Linear" in eq. 7 is one weight and one bias per layer
-applied to every entry (a Linear over a row would tie the model to a maximum length); the adjacency is directed,
+applied to every entry (a Linear over a row would tie the model to a maximum length), initialised at 8 and -4
+(REFINE_INIT) so that A_{-1} = I is nearly a fixed point; the adjacency is directed,
 row i = node i's neighbours (the GAT coefficients are normalised per row, and heads are read as the argmax of a
 row); the summary X (the paper cites the top-k pooling of Cangea et al., which cannot give g columns from fewer
 than g nodes) is attention pooling: column c of X is the mean of the node vectors weighted by softmax over the
@@ -48,18 +52,31 @@ def masked_softmax(scores: Tensor, allowed: Optional[Tensor], dim: int) -> Tenso
     return torch.nan_to_num(weights, nan=0.0) * allowed
 
 
-GRAPH_ATTENTION_SCORES = ("gat", "gatv2")
+GRAPH_ATTENTION_SCORES = ("gat", "gatv2", "biaffine")
+
+
+def masked_log_softmax(scores: Tensor, allowed: Optional[Tensor], dim: int) -> Tensor:
+    """Log-softmax over `dim` among the allowed entries (None: all), float32; 0 at the entries not allowed. A row
+    with no allowed entry gives 0 everywhere (finite, so no NaN reaches a gradient)."""
+    scores = scores.float()
+    if allowed is None:
+        return torch.log_softmax(scores, dim=dim)
+    scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return torch.log_softmax(scores, dim=dim).masked_fill(~allowed, 0.0)
 
 
 class GraphAttentionCoefficients(nn.Module):
     """Ã of eq. 7: (B, n, n) float32 from node vectors (B, n, d), rows softmax-normalised over the real nodes
-    (node_mask None: all nodes are real).
+    (node_mask None: all nodes are real); `scores` gives the raw scores, before the softmax.
 
     `scores` "gat" is the paper's (Veličković et al.): LeakyReLU(psi_i . W y_i + psi_j . W y_j), increasing in the
     candidate's term whatever the row, so every row ranks the candidates alike (Brody et al. 2022's "static
     attention"; eq. 7's graph then gives every word the same head, docs/results.md). "gatv2" is Brody et al.'s
     fix, a . LeakyReLU(W_i y_i + W_j y_j): the LeakyReLU between the two projections lets each row rank the
-    candidates its own way; not in the paper, an option beside it (--dyn-stgcd-graph-attention)."""
+    candidates its own way. "biaffine" is Dozat & Manning's arc scorer (SuPar's): d_i = LeakyReLU(D y_i),
+    h_j = LeakyReLU(H y_j) (slope 0.1), score d_i^T U h_j + u . h_j, per-row rankings from two matrix products
+    (no (n, n, d') tensor, unlike gatv2). gatv2 and biaffine are not in the paper: options beside it
+    (--dyn-stgcd-graph-attention)."""
 
     def __init__(self, embed_dim: int, attention_dim: int, negative_slope: float = 0.2, scores: str = "gat"):
         super().__init__()
@@ -71,21 +88,38 @@ class GraphAttentionCoefficients(nn.Module):
             self.project = nn.Linear(embed_dim, attention_dim, bias=False)  # W
             self.psi = nn.Parameter(torch.empty(2, attention_dim))  # psi = [psi_i; psi_j]
             nn.init.xavier_uniform_(self.psi)
-        else:
+        elif scores == "gatv2":
             # W [y_i || y_j] = W_i y_i + W_j y_j, the two halves as one Linear of 2 x attention_dim outputs
             self.project = nn.Linear(embed_dim, 2 * attention_dim, bias=False)
             self.score = nn.Linear(attention_dim, 1, bias=False)  # a
+        else:
+            self.negative_slope = 0.1  # (Dozat & Manning's MLPs)
+            self.project = nn.Linear(embed_dim, 2 * attention_dim)  # D and H, side by side
+            self.bilinear = nn.Parameter(torch.empty(attention_dim, attention_dim))  # U
+            self.head_bias = nn.Parameter(torch.zeros(attention_dim))  # u
+            nn.init.xavier_uniform_(self.bilinear)
 
-    def forward(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
+    def raw_scores(self, nodes: Tensor) -> Tensor:
+        """(B, n, n) float32: [b, i, j] the score of node j as node i's neighbour (before any mask)."""
         projected = self.project(nodes).float()
         if self.scores == "gat":
             scores = ((projected @ self.psi[0].float()).unsqueeze(2)       # psi_i . W y_i
                       + (projected @ self.psi[1].float()).unsqueeze(1))    # psi_j . W y_j
-            scores = F.leaky_relu(scores, self.negative_slope)
-        else:
+            return F.leaky_relu(scores, self.negative_slope)
+        if self.scores == "gatv2":
             rows, columns = projected.chunk(2, dim=-1)  # W_i y_i, W_j y_j
             hidden = F.leaky_relu(rows.unsqueeze(2) + columns.unsqueeze(1), self.negative_slope)  # (B, n, n, d')
-            scores = hidden @ self.score.weight.float().view(-1)
+            return hidden @ self.score.weight.float().view(-1)
+        dependents, heads = F.leaky_relu(projected, self.negative_slope).chunk(2, dim=-1)
+        return ((dependents @ self.bilinear.float()) @ heads.transpose(1, 2)
+                + (heads @ self.head_bias.float()).unsqueeze(1))
+
+    def forward(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
+        return self.coefficients(self.raw_scores(nodes), node_mask)
+
+    @staticmethod
+    def coefficients(scores: Tensor, node_mask: Optional[Tensor]) -> Tensor:
+        """The raw scores softmax-normalised per row over the real nodes (0 in padded rows and columns)."""
         allowed = None if node_mask is None else node_mask.unsqueeze(2) & node_mask.unsqueeze(1)
         return masked_softmax(scores, allowed, dim=2)
 
@@ -210,15 +244,34 @@ class DynamicGCNState:
                                          (self.adjacency, self.outputs, self.fresh)))
 
 
+NEW_NODE_EDGES = ("own_step", "next_step")
+# eq. 7's Linear at its start: A_t = Sigmoid(8 (A_{t-1} + Ã) - 4) keeps A_{-1} = I near the identity (entries
+# without attention settle at ~0.02 off the diagonal, ~0.98 on it) and lifts an entry whose coefficient is ~1 to
+# ~0.98 in one step; at weight 1 and bias 0 every entry of I's complement became 0.5-0.8 after one step
+REFINE_INIT = (8.0, -4.0)
+
+
 class DynamicGCN(nn.Module):
     """One spatial layer's dynamic GCN, one step at a time: `step` takes the layer's inputs Y^{l-1}_t for the nodes
     0..t and its state of step t-1, and gives the convolved nodes and A_t (the caller applies eq. 8's MLP and hands
-    the layer's outputs back through `next_state`)."""
+    the layer's outputs back through `next_state`).
+
+    `new_node_edges`: when Ã is computed. "next_step" is eq. 7 as printed, Ã_{t-1} from the layer's outputs of step
+    t-1 over the nodes 0..t-1, so the node that joins at step t has no edge of its own until step t + 1 (its row and
+    column of A_t are content-free: the last word's row is a constant at the last step). "own_step" is the paper's
+    inference section ("we assign a new empty node at the beginning of each step, then calculate the edge
+    information with previously generated nodes"): Ã_t over the nodes 0..t from what step t knows, the layer's
+    inputs of step t (`edge_inputs`: Y^{l-1}_t, the first block's token embeddings), every row and column included.
+    The module's defaults are the paper's equations (gat, next_step); the decoder's are in models/dyn_stgcd.py."""
 
     def __init__(self, dim: int, attention_dim: Optional[int] = None, dynamic_weight: bool = True,
-                 dynamic_adjacency: bool = True, attention_scores: str = "gat", takes_inputs: bool = True):
+                 dynamic_adjacency: bool = True, attention_scores: str = "gat", takes_inputs: bool = True,
+                 new_node_edges: str = "next_step"):
         super().__init__()
+        if new_node_edges not in NEW_NODE_EDGES:
+            raise ValueError(f"new node edges {new_node_edges!r}: not among {list(NEW_NODE_EDGES)}")
         self.dim = dim
+        self.own_step = new_node_edges == "own_step"
         # the paper's Figure 5 ablations: W_t = W_{-1} at every step (no GRU); A_t without Ã (no refinement from
         # the nodes, so every adjacency entry follows the same content-free recurrence)
         self.dynamic_weight, self.dynamic_adjacency = dynamic_weight, dynamic_adjacency
@@ -227,8 +280,8 @@ class DynamicGCN(nn.Module):
                           if dynamic_adjacency else None)
         self.weight = EvolvingWeight(dim, evolving=dynamic_weight, takes_inputs=takes_inputs)
         self.refine = nn.Linear(1, 1)  # eq. 7's Linear, one weight and bias for every entry
-        nn.init.constant_(self.refine.weight, 1.0)
-        nn.init.constant_(self.refine.bias, 0.0)
+        nn.init.constant_(self.refine.weight, REFINE_INIT[0])
+        nn.init.constant_(self.refine.bias, REFINE_INIT[1])
 
     def refined(self, values: Tensor) -> Tensor:
         return torch.sigmoid(values * self.refine.weight.float().view(()) + self.refine.bias.float().view(()))
@@ -240,19 +293,28 @@ class DynamicGCN(nn.Module):
                                nodes.new_zeros(batch, 0, self.dim), fresh)
 
     def step(self, inputs: Optional[Tensor], node_mask: Optional[Tensor], state: DynamicGCNState,
-             sog: Optional[Tensor] = None, gold_previous: Optional[Tensor] = None):
+             sog: Optional[Tensor] = None, gold_previous: Optional[Tensor] = None,
+             edge_inputs: Optional[Tensor] = None):
         """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), None when they are all 0 (the first layer's
         Y^0: only <sog> then reaches the nodes, and nothing of the inputs is computed); node_mask (B, n) True on
         real nodes (None: all real, the case of every decoder step: no mask is applied);
-        gold_previous (B, t, t): the gold graph of the nodes 0..t-1 (teacher-forced adjacency). Gives
-        (convolved nodes (B, n, g), A_t (B, n, n) float32, W_t)."""
+        gold_previous (B, t, t): the gold graph of the nodes 0..t-1 (teacher-forced adjacency); edge_inputs
+        (B, n, g): what "own_step" computes Ã_t from (ignored by "next_step"). Gives (convolved nodes (B, n, g),
+        A_t (B, n, n) float32, W_t, the raw scores of Ã (B, m, m) float32: m = n with "own_step", t with
+        "next_step" (Ã_{t-1}); None where no Ã was computed: static adjacency, or step 0 of "next_step")."""
         batch, n = state.outputs.size(0), state.outputs.size(1) + 1
         device = state.outputs.device
-        previous_mask = None if node_mask is None else node_mask[:, :n - 1]
-        if n > 1 and self.dynamic_adjacency:
-            coefficients = self.attention(state.outputs, previous_mask)
+        scores = None
+        if self.dynamic_adjacency and self.own_step:
+            if edge_inputs is None:
+                raise ValueError("own-step edges: the step needs the nodes' edge_inputs")
+            scores = self.attention.raw_scores(edge_inputs)
+            coefficients = self.attention.coefficients(scores, node_mask)
+        elif self.dynamic_adjacency and n > 1:
+            scores = self.attention.raw_scores(state.outputs)
+            coefficients = self.attention.coefficients(scores, None if node_mask is None else node_mask[:, :n - 1])
         else:
-            coefficients = torch.zeros(batch, n - 1, n - 1, device=device, dtype=torch.float32)
+            coefficients = None
         if gold_previous is not None:
             previous = gold_previous.float()
             fresh = torch.tensor([0.0, 1.0], device=device).expand(batch, 2)
@@ -262,7 +324,13 @@ class DynamicGCN(nn.Module):
         grown[:, :, -1] = fresh[:, :1]
         grown[:, -1, :] = fresh[:, :1]
         grown[:, -1, -1] = fresh[:, 1]
-        grown[:, :n - 1, :n - 1] = previous + coefficients
+        if coefficients is None:
+            grown[:, :n - 1, :n - 1] = previous
+        elif self.own_step:
+            grown[:, :n - 1, :n - 1] = previous
+            grown = grown + coefficients
+        else:
+            grown[:, :n - 1, :n - 1] = previous + coefficients
         adjacency = self.refined(grown)
         if node_mask is not None:
             real = node_mask.to(torch.float32)
@@ -277,7 +345,7 @@ class DynamicGCN(nn.Module):
             _, inverse_root, sog_scale = propagation_scales(adjacency, node_mask, sog=True)
             scale = (inverse_root * sog_scale).unsqueeze(-1).to(sog)
             convolved = scale * torch.relu(sog.unsqueeze(1) @ weight)
-        return convolved, adjacency, weight
+        return convolved, adjacency, weight, scores
 
     def next_state(self, state: DynamicGCNState, adjacency: Tensor, weight: Tensor, outputs: Tensor):
         # the fresh entries go through the update too, with nothing added (A_{-1} = I for every future node)

@@ -67,20 +67,28 @@ class Block(nn.Module):
     """One spatial-then-temporal block (position `index` of `count`); `ablations`: the paper's Figure 5 rows
     ("no_spatial": eq. 8's MLP on the block's input, no graph convolution, the identity as adjacency;
     "no_temporal"; "static_weight"; "static_adjacency"); `graph_attention`: the scores of eq. 7's Ã
-    (GraphAttentionCoefficients)."""
+    (GraphAttentionCoefficients); `new_node_edges`: when Ã is computed (DynamicGCN); `residual`: eq. 8 as a
+    residual update, Y^l = X^l + MLP(...), X^l the block's input Y^{l-1} and, in the first block, the token
+    embeddings (the paper's Y^0 = 0 has no node identity to keep). Without it (the paper's eq. 8) every block
+    after the first replaces the nodes by an MLP of their graph convolution, and over a dense graph every node
+    gets the same vector (mean cosine ~0.99 between node vectors at initialisation): from the third block on, the
+    graph attention then reads nodes without identity and the graph learns its heads far slower, if at all
+    (docs/methods.md)."""
 
     def __init__(self, index: int, count: int, dim: int, encoder_dim: int, heads: int, kernel_size: int,
                  dropout: float, attention_dropout: float, encoder_attention: bool, walk_dims: int,
-                 target_walks: Optional[WalkFeatures], ablations: Sequence[str] = (),
-                 graph_attention: str = "gat"):
+                 target_walks: Optional[WalkFeatures], ablations: Sequence[str], graph_attention: str,
+                 new_node_edges: str, residual: bool):
         super().__init__()
         self.index, self.first, self.last = index, index == 0, index == count - 1
         self.dim = dim
+        self.residual = residual
         self.spatial = "no_spatial" not in ablations
         # no_spatial: no graph convolution built (its parameters would get no gradient)
         self.gcn = (DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
                                dynamic_adjacency="static_adjacency" not in ablations,
-                               attention_scores=graph_attention, takes_inputs=not self.first)
+                               attention_scores=graph_attention, takes_inputs=not self.first,
+                               new_node_edges=new_node_edges)
                     if self.spatial else None)
         in_dim = dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
         self.mlp = MLP(in_dim, dim, dropout)
@@ -97,9 +105,12 @@ class Block(nn.Module):
                 context: Dict[str, Tensor], gold_previous: Optional[Tensor]):
         """One step over the nodes 0..t; inputs (B, n, g), None in the first block (Y^0 = 0: the graph
         convolution skips what zeros would add); node_mask (B, n) True on real nodes, None when all are (no
-        masking)."""
+        masking). Gives (Y^l_t (B, n, g), A_t, the new state, the raw scores of Ã (DynamicGCN.step) or None)."""
+        block_input = inputs if inputs is not None else context["embeddings"]  # X^l: Y^{l-1}, or the tokens
+        scores = None
         if self.spatial:
-            convolved, adjacency, weight = self.gcn.step(inputs, node_mask, state, context["sog"], gold_previous)
+            convolved, adjacency, weight, scores = self.gcn.step(inputs, node_mask, state, context["sog"],
+                                                                 gold_previous, edge_inputs=block_input)
         else:
             embeddings = context["embeddings"]
             batch, n = embeddings.shape[:2]
@@ -117,6 +128,8 @@ class Block(nn.Module):
                 walks.append(self.target_walks(convolved, adjacency, node_mask))
             parts.extend(w.unsqueeze(1).expand(-1, n, -1) for w in walks)
         y = self.mlp(torch.cat(parts, dim=-1))
+        if self.residual:
+            y = block_input + y
         if self.encoder_attention is not None:
             keys, values = context["source_keys"][self.index], context["source_values"][self.index]
             attended = self.encoder_attention(self.attention_norm(y), keys, values,
@@ -125,8 +138,8 @@ class Block(nn.Module):
         if self.temporal is not None:
             y = self.temporal(y, node_mask, adjacency)
         if self.gcn is None:  # no graph: nothing to carry to the next step
-            return y, adjacency, state
-        return y, adjacency, self.gcn.next_state(state, adjacency, weight, y)
+            return y, adjacency, state, scores
+        return y, adjacency, self.gcn.next_state(state, adjacency, weight, y), scores
 
     def initial_state(self, probe: Tensor) -> DynamicGCNState:
         """The state before step 0 (probe: (B, 0, g)); without a spatial layer an empty one, kept as it is at every

@@ -35,7 +35,8 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
                 static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False,
                 score_modification: Optional[ScoreModification] = None):
-        if score_modification is None:
+        fewer_queries = incremental_state is None and query.size(0) != key.size(0)
+        if score_modification is None and not fewer_queries:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, need_weights=need_weights,
                                    static_kv=static_kv, attn_mask=attn_mask, before_softmax=before_softmax,
@@ -46,21 +47,26 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
         if incremental_state is not None:
             return self.incremental_modified_attention(query, key_padding_mask, incremental_state, attn_mask,
                                                        score_modification, need_weights, need_head_weights)
-        return self.modified_attention(query, key_padding_mask, attn_mask, score_modification, need_weights,
+        return self.modified_attention(query, key, key_padding_mask, attn_mask, score_modification, need_weights,
                                        need_head_weights)
 
-    def modified_attention(self, x: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                           modification: ScoreModification, need_weights: bool, need_head_weights: bool):
-        """Full-sequence self-attention. x: (T, B, C). Returns (output (T, B, C), weights or None)."""
-        length, batch_size, embed_dim = x.shape
+    def modified_attention(self, query: Tensor, x: Tensor, key_padding_mask: Optional[Tensor],
+                           attn_mask: Optional[Tensor], modification: Optional[ScoreModification], need_weights: bool,
+                           need_head_weights: bool):
+        """Full-sequence self-attention of x (T, B, C), or of its last columns `query` (Tq, B, C) over all of x
+        (BiTran's top layer computes only the columns a view predicts); attn_mask (Tq, T) and the modification's
+        matrix have Tq rows. Returns (output (Tq, B, C), weights or None)."""
+        length, batch_size, embed_dim = query.shape
 
         def split_heads(projected: Tensor) -> Tensor:  # (T, B, C) -> (B, H, T, d)
-            return projected.view(length, batch_size, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+            return projected.view(projected.size(0), batch_size, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
 
-        q = split_heads(self.q_proj(x) * self.scaling)
+        q = split_heads(self.q_proj(query) * self.scaling)
         k = split_heads(self.k_proj(x))
         v = split_heads(self.v_proj(x))
-        scores = modification.apply(torch.matmul(q, k.transpose(-1, -2)))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        if modification is not None:
+            scores = modification.apply(scores)
         if attn_mask is not None:
             scores = scores + attn_mask.to(scores.dtype)
         if key_padding_mask is not None:

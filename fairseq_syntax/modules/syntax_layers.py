@@ -46,15 +46,23 @@ class _SyntaxLayerMixin:
             self.syntax_module = self._build_mechanism(self.mechanism_class.shape, embed_dim, num_heads)
         self.auxiliary_loss_names = tuple(self.mechanism_class.auxiliary_losses) if self.mechanism_class else ()
 
-    def _self_attention_sublayer(self, x, padding_mask, attn_mask, syntax, incremental_state=None, **attention_kwargs):
-        """The self-attention sublayer's output (before dropout and residual) and the mechanism's losses."""
+    def _self_attention_sublayer(self, x, padding_mask, attn_mask, syntax, incremental_state=None, query_start=0,
+                                 **attention_kwargs):
+        """The self-attention sublayer's output (before dropout and residual) and the mechanism's losses; with
+        `query_start`, of the columns from it on only, attending to every column of x."""
         shape = self.mechanism_class.shape if self.mechanism_class else None
         if shape == "self_attention":
+            if query_start:
+                raise NotImplementedError("a self-attention mechanism computes every column (query_start 0)")
             return _unpack(self.syntax_module(x, syntax, padding_mask, incremental_state=incremental_state))
+        query = x[query_start:] if query_start else x
+        if query_start and attn_mask is not None:
+            attn_mask = attn_mask[query_start:]
         modification = None
         if shape == "score_modifier":
-            modification = self.self_attn.score_modifier(x, syntax, padding_mask, incremental_state=incremental_state)
-        x, _ = self.self_attn(query=x, key=x, value=x, key_padding_mask=padding_mask, attn_mask=attn_mask,
+            modification = self.self_attn.score_modifier(query, syntax, padding_mask,
+                                                         incremental_state=incremental_state)
+        x, _ = self.self_attn(query=query, key=x, value=x, key_padding_mask=padding_mask, attn_mask=attn_mask,
                               incremental_state=incremental_state, score_modification=modification, **attention_kwargs)
         return x, (modification.auxiliary_losses if modification is not None else {})
 
@@ -145,17 +153,23 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
     def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
                 incremental_state=None, self_attn_mask: Optional[Tensor] = None,
                 self_attn_padding_mask: Optional[Tensor] = None, need_attn: bool = False,
-                need_head_weights: bool = False, syntax: Optional[Dict[str, Tensor]] = None):
+                need_head_weights: bool = False, syntax: Optional[Dict[str, Tensor]] = None, query_start: int = 0,
+                encoder_attn_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None):
         # fairseq's TransformerDecoderLayerBase.forward (without its rarely used scaling options), with the
-        # mechanism's sublayers
+        # mechanism's sublayers. `query_start`: compute the columns from it on only (their self-attention sees
+        # every column of x; BiTran's top layer); `encoder_attn_state`: an incremental state holding this layer's
+        # encoder-attention keys and values already projected (BiTran's views of one sentence share them).
         if need_head_weights:
             need_attn = True
+        if query_start and self.mechanism_class is not None and self.mechanism_class.shape != "score_modifier":
+            raise NotImplementedError("query_start: only score-modifying mechanisms compute some columns alone")
         syntax = syntax if syntax is not None else {}
-        residual = x
+        residual = x[query_start:] if query_start else x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
         x, losses = self._self_attention_sublayer(x, self_attn_padding_mask, self_attn_mask, syntax,
-                                                  incremental_state=incremental_state, need_weights=False)
+                                                  incremental_state=incremental_state, query_start=query_start,
+                                                  need_weights=False)
         x = self.dropout_module(x)
         x = self.residual_connection(x, residual)
         if not self.normalize_before:
@@ -169,7 +183,9 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
             if self.normalize_before:
                 x = self.encoder_attn_layer_norm(x)
             x, attn = self.encoder_attn(query=x, key=encoder_out, value=encoder_out,
-                                        key_padding_mask=encoder_padding_mask, incremental_state=incremental_state,
+                                        key_padding_mask=encoder_padding_mask,
+                                        incremental_state=(encoder_attn_state if encoder_attn_state is not None
+                                                           else incremental_state),
                                         static_kv=True,
                                         need_weights=need_attn or (not self.training and self.need_attn),
                                         need_head_weights=need_head_weights)

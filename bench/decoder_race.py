@@ -1,0 +1,154 @@
+"""A learning race of Choshen & Abend's decoders against Linearized: valid NLL per target position at equal updates,
+and seconds per update, every system trained on the same batches in one run (issue "Target-side decoders that
+learn": the sampled prefixes starved the decoders; exact re-encoding learns as fast per update as Linearized, and
+re-encoding every B steps should too, at a fraction of exact's cost).
+
+  python bench/decoder_race.py --workdir work/decoder-race [--sentences 3000] [--updates 600] [--validate-every 200]
+      [--size tiny] [--systems linearized,bitran,bitran_b4,parent,parent_b4,gcn_decoder,gcn_decoder_b4]
+      [--reencode-every 4] [--out FILE]
+
+Data: bench/decoder_cost.py's (the first N sentences of UD English-EWT train as a --target-transitions data-bin from
+the gold trees, 100 held-out sentences as valid; made once in WORKDIR, no parser needed). Systems: those of
+examples/multi30k/systems.py at the chosen size, `_bB` ones with --reencode-every B (--reencode-every changes B).
+Training: Adam (0.9, 0.98), inverse-sqrt learning rate from 1e-3 after 100 warm-up updates, label smoothing 0.1
+(the syntax criterion), dropout 0.1, batches of --max-tokens target+source tokens drawn once (seed 1) and shared by
+every system, 1 torch thread. Valid NLL: the mean over the valid split's target tokens of -log p(token) in eval
+mode, each position scored by the model's own forward (BiTran's views; PARENT and GCN reading the graph their view
+knows). `_k4` systems are scored on every position too (eval) but trained on 4 sampled prefixes per sentence.
+Targets (issue 77): a block system's valid NLL at equal updates no worse than its exact sibling's by more than
+0.02; its time per update is timed here at the race's size, and against Linearized at the _multi30k size by
+bench/decoder_cost.py (target: at most 3x).
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "examples" / "multi30k"))
+from decoder_cost import build, make_data_bins  # noqa: E402  (bench/decoder_cost.py)
+from systems import MULTI30K_SYSTEMS  # noqa: E402
+
+SYSTEMS = ("linearized", "bitran", "bitran_b4", "parent", "parent_b4", "gcn_decoder", "gcn_decoder_b4")
+WARMUP = 100
+
+
+def with_block(system: str, every: int) -> list:
+    """The system's options, B replaced by --reencode-every's."""
+    args = list(MULTI30K_SYSTEMS[system])
+    if "--reencode-every" in args:
+        args[args.index("--reencode-every") + 1] = str(every)
+    return args
+
+
+def learning_rate(update: int, peak: float) -> float:
+    """Linear warm-up to `peak` over WARMUP updates, then peak x sqrt(WARMUP / update) (fairseq's inverse_sqrt)."""
+    return peak * update / WARMUP if update <= WARMUP else peak * math.sqrt(WARMUP / update)
+
+
+def valid_nll(model, samples, pad: int) -> float:
+    """Mean -log p of the valid targets' tokens (EOS included), each position scored by the model's forward."""
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for sample in samples:
+            logits, extra = model(**sample["net_input"])
+            lprobs = model.get_normalized_probs((logits, extra), log_probs=True)
+            target = sample["target"]
+            real = target.ne(pad)
+            total -= float(lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real].sum())
+            count += int(real.sum())
+    model.train()
+    return total / count
+
+
+def race(system: str, options: list, destdir: Path, size: str, train_samples, valid_samples, validate_every: int,
+         peak: float) -> dict:
+    task, model, criterion = build(destdir, system, size, system_options=options)
+    pad = task.target_dictionary.pad()
+    optimizer = torch.optim.Adam(model.parameters(), lr=peak, betas=(0.9, 0.98), eps=1e-8)
+    curve, seconds = {}, 0.0
+    for update, sample in enumerate(train_samples, start=1):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(update, peak)
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss, sample_size, _ = criterion(model, sample)
+        (loss / sample_size).backward()
+        optimizer.step()
+        seconds += time.perf_counter() - started
+        if update % validate_every == 0 or update == len(train_samples):
+            curve[update] = valid_nll(model, valid_samples, pad)
+            print(f"{system}: update {update}, valid NLL {curve[update]:.3f}, {seconds / update:.3f} s/update",
+                  flush=True)
+    return {"options": options, "valid_nll": curve, "seconds_per_update": seconds / len(train_samples)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default="work/decoder-race")
+    parser.add_argument("--sentences", type=int, default=3000)
+    parser.add_argument("--updates", type=int, default=600)
+    parser.add_argument("--validate-every", type=int, default=200)
+    parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--size", default="tiny", choices=("tiny", "multi30k"))
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--reencode-every", type=int, default=4, help="B of the _b4 systems")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--out", help="the report (default: WORKDIR/decoder_race.json)")
+    args = parser.parse_args(argv)
+    systems = args.systems.split(",")
+    unknown = [s for s in systems if s not in MULTI30K_SYSTEMS]
+    if unknown:
+        parser.error(f"--systems: unknown {unknown}")
+    torch.set_num_threads(1)
+    from fairseq_syntax.paths import data_root
+
+    workdir = Path(args.workdir)
+    destdir, _ = make_data_bins(workdir, data_root(), args.sentences)
+    task, _, _ = build(destdir, "linearized", args.size)
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+    # one draw of batches, shared by every system: epochs in turn, shuffled with seed 1 + epoch
+    train_samples, epoch = [], 1
+    while len(train_samples) < args.updates:
+        iterator = task.get_batch_iterator(task.dataset("train"), max_tokens=args.max_tokens, seed=1,
+                                           epoch=epoch).next_epoch_itr(shuffle=True)
+        train_samples.extend(iterator)
+        epoch += 1
+    train_samples = train_samples[:args.updates]
+    valid_samples = list(task.get_batch_iterator(task.dataset("valid"), max_tokens=args.max_tokens,
+                                                 seed=1).next_epoch_itr(shuffle=False))
+    report = {"size": args.size, "sentences": args.sentences, "updates": args.updates, "max_tokens": args.max_tokens,
+              "reencode_every": args.reencode_every, "systems": {}}
+    for system in systems:
+        torch.manual_seed(1)
+        report["systems"][system] = race(system, with_block(system, args.reencode_every), destdir, args.size,
+                                         train_samples, valid_samples, args.validate_every, args.lr)
+    last = args.updates
+    linearized = report["systems"].get("linearized")
+    for system, row in report["systems"].items():
+        if linearized:
+            row["time_vs_linearized"] = row["seconds_per_update"] / linearized["seconds_per_update"]
+        exact = system.rsplit("_b", 1)[0] if "_b" in system else None
+        if exact in report["systems"]:
+            gap = row["valid_nll"][last] - report["systems"][exact]["valid_nll"][last]
+            row["nll_over_exact"] = gap
+            row["target_nll_within_0.02_of_exact"] = gap <= 0.02
+    out = Path(args.out) if args.out else workdir / "decoder_race.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{'system':<18} {'valid NLL @' + str(last):>16} {'s/update':>9} {'x Linearized':>13}")
+    for system, row in report["systems"].items():
+        print(f"{system:<18} {row['valid_nll'][last]:>16.3f} {row['seconds_per_update']:>9.3f} "
+              f"{row.get('time_vs_linearized', float('nan')):>13.2f}")
+
+
+if __name__ == "__main__":
+    main()
