@@ -288,6 +288,9 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
         assert all(0 <= token["head"] <= len(words) and token["head"] != token["id"] for token in sentence)
         assert is_tree([token["head"] for token in sentence])  # decoded into a tree: one root, no cycle
         assert all(token["deprel"] in (None, "_") for token in sentence)  # arcs only: no made-up label
+        # beside it, each word's raw argmax head (scored as argmax_uas), inside the sentence
+        raw = [int(h) for h in sentence.metadata["argmax_heads"].split()]
+        assert len(raw) == len(words) and all(0 <= h <= len(words) for h in raw)
     if "--encoder-syntax" not in arch:
         # sampling, two hypotheses per sentence, an ensemble of the checkpoint with itself: a tree for each
         # hypothesis (rank r > 0 named "id.r"), over its own words (the ensemble's hypotheses, the first model's graph)

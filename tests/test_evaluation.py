@@ -303,6 +303,36 @@ def test_unlabeled_trees_have_no_las():
     assert partly["las"] == pytest.approx(100 / 3)
 
 
+def test_tree_scores_add_the_raw_argmax_heads_uas_where_every_sentence_has_them(tmp_path):
+    """A graph decoder's --trees-out keeps each word's raw argmax head as `# argmax_heads`: scored beside the
+    tree as argmax_uas, by hand; without the comment on every sentence, no argmax_uas; a count that does not fit
+    the words is refused by sentence."""
+    from fairseq_syntax.evaluation.trees import tree_scores
+
+    def block(sent_id, words, heads, raw=None):
+        lines = [f"# sent_id = {sent_id}", f"# text = {' '.join(words)}"]
+        if raw is not None:
+            lines.append(f"# argmax_heads = {' '.join(map(str, raw))}")
+        lines += [f"{i}\t{w}\t_\t_\t_\t_\t{h}\t_\t_\t_" for i, (w, h) in enumerate(zip(words, heads), start=1)]
+        return "\n".join(lines) + "\n\n"
+
+    parsed = tmp_path / "parsed.conllu"
+    parsed.write_text(block(1, ["a", "b", "c"], [2, 0, 2]) + block(2, ["d", "e"], [0, 1]), encoding="utf-8")
+    generated = tmp_path / "generated.conllu"
+    # trees: a, b right, c and both of sentence 2 wrong (2 of 5); raw argmax: all of sentence 1 and d (4 of 5)
+    generated.write_text(block(1, ["a", "b", "c"], [2, 0, 1], [2, 0, 2]) + block(2, ["d", "e"], [2, 0], [0, 2]),
+                         encoding="utf-8")
+    scores, _ = tree_scores("graph", generated, parsed)
+    assert scores["uas"] == pytest.approx(40.0) and scores["argmax_uas"] == pytest.approx(80.0)
+    generated.write_text(block(1, ["a", "b", "c"], [2, 0, 1], [2, 0, 2]) + block(2, ["d", "e"], [2, 0]),
+                         encoding="utf-8")
+    assert "argmax_uas" not in tree_scores("graph", generated, parsed)[0]
+    generated.write_text(block(1, ["a", "b", "c"], [2, 0, 1], [2, 0]) + block(2, ["d", "e"], [2, 0], [0, 2]),
+                         encoding="utf-8")
+    with pytest.raises(EvaluationError, match="sentence 1: 2 argmax_heads for 3 words"):
+        tree_scores("graph", generated, parsed)
+
+
 CONLLU_GOLD = """# text = The dog barks .
 1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_
 2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_

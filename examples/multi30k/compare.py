@@ -317,6 +317,8 @@ def summarize_trees(per_seed: Dict[int, dict], systems: List[str]) -> Dict[str, 
         entry = {"seeds": list(scores), "words": [t["words"] for t in scores.values()]}
         for metric in ("uas", "las"):
             entry[metric] = mean_sd([t[metric] for t in scores.values()])
+        if all("argmax_uas" in t for t in scores.values()):  # a graph decoder's raw heads, before the tree
+            entry["argmax_uas"] = mean_sd([t["argmax_uas"] for t in scores.values()])
         summary[system] = entry
     return summary
 

@@ -1,15 +1,17 @@
 """Can a Dyn-STGCD model's graph learn its gold heads at all? Fit a few sentences of a data-bin (the same batch
 at every step, teacher-forced tokens as in training, the syntax criterion: cross-entropy plus the weighted graph
-loss of eq. 9) and print, every --every steps, how many piece rows of the last step's graph have their largest
-entry outside the diagonal at the gold head's column (piece level, as eq. 9's gold graph: a later piece's head is
-its word's first piece, the root's is BOS) beside the losses. A decoder that can predict heads should memorize a
-handful of sentences; the paper's consistency figure (95.67% UAS, appendix B.3) needs far more than that.
+loss) and print, every --every steps, how many piece rows of the last step's graph (the rows the decoder reads
+its heads from, and A's) have their largest entry outside the diagonal at the gold head's column (piece level, as
+eq. 9's gold graph: a later piece's head is its word's first piece, the root's is BOS) beside the losses. A
+decoder that can predict heads should memorize a handful of sentences; the paper's consistency figure (95.67% UAS,
+appendix B.3) needs far more than that.
 
   python examples/multi30k/graph_heads_fit.py DATA_BIN -s en -t de --steps 300 -- --arch dyn_stgcd_multi30k \\
       [--dyn-stgcd-graph-attention gatv2] [--dyn-stgcd-graph-loss-weight 30]
 
 Everything after `--` goes to fairseq's training parser (architecture and model options; dropout is 0 unless
-given). Output: one JSON line per report, {"step", "head_accuracy", "loss", "nll_loss", "graph_loss"}.
+given). Output: one JSON line per report, {"step", "head_accuracy", "adjacency_head_accuracy", "loss", "nll_loss",
+"graph_loss"}.
 """
 import argparse
 import json
@@ -88,8 +90,11 @@ def main(argv=None):
             # the losses are those of the last training step (none before the first)
             losses = {name: round(float(logged[key]), 3) for name, key in
                       (("loss", "loss"), ("nll_loss", "nll_loss"), ("graph_loss", "aux_target_graph")) if key in logged}
-            accuracy = round(head_accuracy(extra["adjacency"], gold, node_mask), 2)
-            print(json.dumps({"step": step, "head_accuracy": accuracy, **losses,
+            # the rows the heads are read from (the decoder's head_scores: --dyn-stgcd-heads-from), and A's
+            accuracy = round(head_accuracy(extra.get("head_scores", extra["adjacency"]), gold, node_mask), 2)
+            on_adjacency = round(head_accuracy(extra["adjacency"], gold, node_mask), 2)
+            print(json.dumps({"step": step, "head_accuracy": accuracy, "adjacency_head_accuracy": on_adjacency,
+                              **losses,
                               "seconds": round(time.time() - started)}), flush=True)
         if step == args.steps:
             break

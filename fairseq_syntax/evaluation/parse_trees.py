@@ -16,7 +16,7 @@ character, and written back as generated.
 import argparse
 import re
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
@@ -57,11 +57,13 @@ def read_generated(path: Path) -> List[Sentence]:
     return sentences
 
 
-def conllu_sentence(tree: ParsedSentence, sent_id: Optional[str], text: Optional[str]) -> str:
+def conllu_sentence(tree: ParsedSentence, sent_id: Optional[str], text: Optional[str],
+                    comments: Sequence[Tuple[str, str]] = ()) -> str:
     """One CoNLL-U sentence (ID, FORM, HEAD, DEPREL; SpaceAfter=No where the next word has no whitespace before
-    it), ending with a blank line."""
+    it), ending with a blank line; `comments`: further `# key = value` lines after the text."""
     lines = [] if sent_id is None else [f"# sent_id = {sent_id}"]
     lines.append(f"# text = {text if text is not None else tree.text}")
+    lines.extend(f"# {key} = {value}" for key, value in comments)
     for index, (word, head, label) in enumerate(zip(tree.words, tree.heads, tree.labels)):
         misc = "SpaceAfter=No" if index + 1 < len(tree.words) and not tree.spaces_before[index + 1] else "_"
         lines.append("\t".join([str(index + 1), word, "_", "_", "_", "_", str(head), label or "_", "_", misc]))

@@ -8,7 +8,8 @@ generated tree with two roots or a cycle is still scored.
 
 Sentences are paired by `# sent_id` when every sentence of both files has one (`fairseq-generate --trees-out` and
 `fairseq-syntax-evaluate parse-trees` write them): the same ids in any order, else an error naming the ids one file
-lacks; otherwise by position.
+lacks; otherwise by position. A graph decoder (Dyn-STGCD) writes each word's raw argmax head beside its tree
+(`# argmax_heads = ...`): their UAS is reported too, as `argmax_uas`.
 """
 import argparse
 from pathlib import Path
@@ -22,6 +23,9 @@ from .metrics import EvaluationError
 from .reporting import fmt, plots
 
 TreeForPlot = Tuple[str, ParsedSentence]  # (system name, one of its generated trees)
+# the comment a graph decoder's --trees-out gives each sentence with its raw heads (each word's argmax, before the
+# maximum-spanning-tree decoding), scored beside the tree as `argmax_uas`
+ARGMAX_HEADS = "argmax_heads"
 
 
 def read_trees(path: Path, what: str) -> List[ParsedSentence]:
@@ -121,16 +125,40 @@ def run_trees(args, system_names: Iterable[str]) -> Tuple[Dict[str, Dict[str, fl
     return results, tree_for_plot
 
 
+def argmax_heads(path: Path) -> List[Optional[List[int]]]:
+    """The `# argmax_heads = h1 h2 ...` of every sentence block of a CoNLL-U file (None where a block has none):
+    a graph decoder's raw heads (each word's highest-scoring one) before they were decoded into the tree."""
+    found = []
+    for _, block in read_blocks(str(path)):
+        heads = None
+        for line in block.splitlines():
+            key, _, value = line[1:].partition("=") if line.startswith("#") else ("", "", "")
+            if key.strip() == ARGMAX_HEADS:
+                heads = [int(h) for h in value.split()]
+        found.append(heads)
+    return found
+
+
 def tree_scores(name: str, generated: Path, parsed: Path, ignore_labels: Sequence[str] = (),
                 label_level: str = "full") -> Tuple[Dict[str, float], List[ParsedSentence]]:
     """UAS/LAS of a system's generated trees against a parser's parse of the same words (paired by sent_id), and
-    the generated trees; EvaluationError naming the system and both files."""
+    the generated trees; where every generated sentence also carries its raw argmax heads (ARGMAX_HEADS), their
+    UAS as `argmax_uas`. EvaluationError naming the system and both files."""
     gen_trees = read_trees(generated, f"generated trees of {name!r}")
     ref_trees = read_trees(parsed, f"parsed trees of {name!r}")
     try:
         ref_trees = paired_by_id(generated, parsed, gen_trees, ref_trees)
         scores = metrics.tree_attachment_scores(ref_trees, gen_trees, ignore_labels=list(ignore_labels),
                                                 label_level=label_level)
+        raw = argmax_heads(generated)
+        if gen_trees and len(raw) == len(gen_trees) and all(heads is not None for heads in raw):
+            for number, (tree, heads) in enumerate(zip(gen_trees, raw), start=1):
+                if len(heads) != len(tree.words):
+                    raise EvaluationError(f"sentence {number}: {len(heads)} {ARGMAX_HEADS} for {len(tree.words)} "
+                                          f"words")
+            argmax_trees = [ParsedSentence(t.words, t.spaces_before, heads, t.labels)
+                            for t, heads in zip(gen_trees, raw)]
+            scores["argmax_uas"] = metrics.tree_attachment_scores(ref_trees, argmax_trees)["uas"]
     except EvaluationError as error:
         raise EvaluationError(f"trees of {name!r} ({generated} vs {parsed}): {error}") from None
     return scores, gen_trees
@@ -149,6 +177,10 @@ def trees_markdown(systems: Dict[str, dict]) -> List[str]:
         return []
     lines = ["", "## Generated trees against a parse of the same output", "",
              "| System | UAS | LAS | Words | Sentences |", "|---|---|---|---|---|"]
+    argmax = any("argmax_uas" in t for t in trees.values())
+    if argmax:  # a graph decoder's raw heads, before the tree decoding
+        lines[-2:] = ["| System | UAS | UAS of the raw argmax | LAS | Words | Sentences |", "|---|---|---|---|---|---|"]
     for name, t in trees.items():
-        lines.append(f"| {name} | {fmt(t['uas'])} | {fmt(t['las'])} | {t['words']} | {t['sentences']} |")
+        raw = f" {fmt(t['argmax_uas']) if 'argmax_uas' in t else '-'} |" if argmax else ""
+        lines.append(f"| {name} | {fmt(t['uas'])} |{raw} {fmt(t['las'])} | {t['words']} | {t['sentences']} |")
     return lines

@@ -293,6 +293,7 @@ class SyntaxTranslationTask(TranslationTask):
         """The trees of a graph-generating decoder's hypotheses (the --nbest best of each sentence): each one
         scored again whole, which gives the graph of its last step (incremental generation equals full scoring)."""
         from ..evaluation.parse_trees import conllu_sentence
+        from ..evaluation.trees import ARGMAX_HEADS
         from ..data.segmentation import open_segmenter
         from ..parsers.base import ParsedSentence
 
@@ -303,16 +304,22 @@ class SyntaxTranslationTask(TranslationTask):
         rows = torch.tensor([row for row, *_ in chosen], device=sample["net_input"]["src_tokens"].device)
         source = {name: value.index_select(0, rows) for name, value in sample["net_input"].items()
                   if name != "prev_output_tokens" and torch.is_tensor(value)}
-        trees = model.decoder.hypothesis_trees(model.encoder(**source), [tokens for *_, tokens in chosen])
+        encoder_out = model.encoder(**source)
+        hypotheses = [tokens for *_, tokens in chosen]
+        trees = model.decoder.hypothesis_trees(encoder_out, hypotheses)
+        # each word's highest-scoring head, before the tree decoding: kept beside the tree as a comment, so that
+        # the evaluator reports the raw argmax's UAS with the tree's (evaluation/trees.py, ARGMAX_HEADS)
+        argmax = model.decoder.hypothesis_trees(encoder_out, hypotheses, tree=False)
         segmenter = open_segmenter(utils.split_paths(self.cfg.data)[0], self.manifest)
-        for (_, sentence_id, rank, _), (word_pieces, heads) in zip(chosen, trees):
+        for (_, sentence_id, rank, _), (word_pieces, heads), (_, argmax_heads) in zip(chosen, trees, argmax):
             name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
             # spaces only: str.strip() would also take control characters a piece may hold (U+001C), and the
             # tree's words would no longer be the hypothesis's
             words = [segmenter.decode(pieces).strip(" ") or "_" for pieces in word_pieces]
             # the decoder predicts arcs only: DEPREL `_` (CoNLL-U's "not given"), so the evaluator reports no LAS
             tree = ParsedSentence(words, [""] + [" "] * (len(words) - 1), heads, ["_"] * len(words))
-            self._trees[(sentence_id, rank)] = conllu_sentence(tree, name, None)
+            self._trees[(sentence_id, rank)] = conllu_sentence(
+                tree, name, None, [(ARGMAX_HEADS, " ".join(str(head) for head in argmax_heads))])
 
     def _input_lines_of(self, src_tokens: torch.Tensor) -> List[int]:
         """The input line numbers (fairseq-interactive's sentence ids) of a batch that came without ids: the batches
