@@ -6,6 +6,8 @@
                re-encoded and every generated token attends to every token of the prefix. Training computes every
                prefix of every sentence as its own view (exact), or k sampled prefixes per sentence
                (--bitran-prefixes k); generation re-encodes the prefix at each step of fairseq's beam search.
+               --reencode-every B: the prefix re-encoded every B columns and decoded causally in between, in
+               training (one view per block start) and in generation (fairseq's cache between re-encodings).
   dyn_stgcd    Li et al.'s dynamic graph convolutional decoder, registered in models/dyn_stgcd.py (no layers of
                this file: its blocks, state and graph are its own).
 Why the first two share a file of ~400 lines: BiTran is the causal decoder run over re-encoded views, subclassing
@@ -16,7 +18,8 @@ layer is built, and reach their inputs as forward arguments: the batch's target 
 reads the generated graph (needs_target_transitions: PARENT, the decoder GCN), the decoder context
 (modules/decoder_context.py) of the rows being run: the prefix tokens, the prefix graph from the batched transition
 function, and the policy that says which edges each column may use ("causal" for the transformer decoder, "prefix"
-for BiTran's re-encoded views). The same mechanism code runs in both decoders.
+for BiTran's re-encoded views, "block" for BiTran re-encoding every B columns). The same mechanism code runs in
+both decoders.
 """
 from typing import Dict, List, Optional
 
