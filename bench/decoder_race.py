@@ -5,11 +5,13 @@ re-encoding every B steps should too, at a fraction of exact's cost).
 
   python bench/decoder_race.py --workdir work/decoder-race [--sentences 3000] [--updates 600] [--validate-every 200]
       [--size tiny] [--systems linearized,bitran,bitran_b4,parent,parent_b4,gcn_decoder,gcn_decoder_b4]
-      [--reencode-every 4] [--out FILE]
+      [--reencode-every 4] [--corpus ewt|multi30k] [--out FILE]
 
 Data: bench/decoder_cost.py's (the first N sentences of UD English-EWT train as a --target-transitions data-bin from
-the gold trees, 100 held-out sentences as valid; made once in WORKDIR, no parser needed). Systems: those of
-examples/multi30k/systems.py at the chosen size, `_bB` ones with --reencode-every B (--reencode-every changes B).
+the gold trees, 100 held-out sentences as valid, made once in WORKDIR, no parser needed; or, --corpus multi30k, the
+first N pairs of Multi30k de->en with spaCy's parse of the English target, the comparison's target lengths).
+Systems: those of examples/multi30k/systems.py at the chosen size, `_bB` ones with --reencode-every B
+(--reencode-every changes B).
 Training: Adam (0.9, 0.98), inverse-sqrt learning rate from 1e-3 after 100 warm-up updates, label smoothing 0.1
 (the syntax criterion), dropout 0.1, batches of --max-tokens target+source tokens drawn once (seed 1) and shared by
 every system, 1 torch thread. Valid NLL: the mean over the valid split's target tokens of -log p(token) in eval
@@ -32,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "examples" / "multi30k"))
-from decoder_cost import build, make_data_bins  # noqa: E402  (bench/decoder_cost.py)
+from decoder_cost import CORPORA, build, make_data_bins  # noqa: E402  (bench/decoder_cost.py)
 from systems import MULTI30K_SYSTEMS  # noqa: E402
 
 SYSTEMS = ("linearized", "bitran", "bitran_b4", "parent", "parent_b4", "gcn_decoder", "gcn_decoder_b4")
@@ -101,6 +103,9 @@ def main(argv=None):
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--reencode-every", type=int, default=4, help="B of the _b4 systems")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--corpus", choices=CORPORA, default="ewt",
+                        help="ewt: UD English-EWT as a copy task with its gold trees; multi30k: Multi30k de->en, "
+                             "spaCy's parse of the English target (the comparison's target lengths)")
     parser.add_argument("--out", help="the report (default: WORKDIR/decoder_race.json)")
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
@@ -111,7 +116,7 @@ def main(argv=None):
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
-    destdir, _ = make_data_bins(workdir, data_root(), args.sentences)
+    destdir, _ = make_data_bins(workdir, data_root(), args.sentences, corpus=args.corpus)
     task, _, _ = build(destdir, "linearized", args.size)
     for split in ("train", "valid"):
         task.load_dataset(split)
@@ -125,8 +130,8 @@ def main(argv=None):
     train_samples = train_samples[:args.updates]
     valid_samples = list(task.get_batch_iterator(task.dataset("valid"), max_tokens=args.max_tokens,
                                                  seed=1).next_epoch_itr(shuffle=False))
-    report = {"size": args.size, "sentences": args.sentences, "updates": args.updates, "max_tokens": args.max_tokens,
-              "reencode_every": args.reencode_every, "systems": {}}
+    report = {"corpus": args.corpus, "size": args.size, "sentences": args.sentences, "updates": args.updates,
+              "max_tokens": args.max_tokens, "reencode_every": args.reencode_every, "systems": {}}
     for system in systems:
         torch.manual_seed(1)
         report["systems"][system] = race(system, with_block(system, args.reencode_every), destdir, args.size,

@@ -131,6 +131,29 @@ def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences
     assert report["columns"]["exact_views"] > report["columns"]["causal"]
 
 
+@pytest.mark.slow  # (a smoke run of a benchmark: three systems train a few updates)
+def test_decoder_race_trains_each_system_on_the_same_batches(data_root, tmp_path):
+    """bench/decoder_race.py at the tiny size: every system's valid NLL at each validation and its seconds per
+    update; the race is deterministic (Linearized twice gives its curve to the digit), and B comes from
+    --reencode-every."""
+    import json
+
+    import decoder_race
+
+    arguments = ["--workdir", str(tmp_path), "--sentences", "120", "--updates", "4", "--validate-every", "2",
+                 "--size", "tiny", "--max-tokens", "400", "--reencode-every", "3"]
+    decoder_race.main([*arguments, "--systems", "linearized,bitran_b4"])
+    report = json.loads((tmp_path / "decoder_race.json").read_text())
+    assert report["reencode_every"] == 3 and report["systems"]["bitran_b4"]["options"][-2:] == ["--reencode-every",
+                                                                                               "3"]
+    for row in report["systems"].values():
+        assert list(row["valid_nll"]) == ["2", "4"] and all(0 < v < 20 for v in row["valid_nll"].values())
+        assert row["seconds_per_update"] > 0
+    decoder_race.main([*arguments, "--systems", "linearized", "--out", str(tmp_path / "again.json")])
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["systems"]["linearized"]["valid_nll"] == report["systems"]["linearized"]["valid_nll"]
+
+
 @pytest.mark.slow  # (a smoke run of a benchmark: two systems train and generate, each in a process of its own)
 def test_dyn_stgcd_cost_bench_reports_each_systems_figures_and_the_ratios(data_root, tmp_path):
     """bench/dyn_stgcd_cost.py at the tiny size on the CPU: every system's training and generation figures come
