@@ -43,10 +43,12 @@ METHODS = {
     "bitran": ["--arch", "transformer_bitran_tiny"],
     "parent": ["--arch", "transformer_parent_tiny"],
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
+    # ... re-encoding every 3 columns (one view per block start, a causal mask inside it)
+    "parent_b3": ["--arch", "transformer_parent_tiny", "--reencode-every", "3"],
     # Dyn-STGCD (De->En on EWT trees, both sides parsed, no transitions): its own decoder and graph loss
     "dyn_stgcd": ["--arch", "dyn_stgcd_tiny"],
 }
-TRANSITION_METHODS = ("linearized", "bitran", "parent", "gcn_decoder")
+TRANSITION_METHODS = ("linearized", "bitran", "parent", "gcn_decoder", "parent_b3")
 RANDOMNESS = {"pascal": ["--parent-ignoring", "0.3"], "gcn": ["--encoder-gcn-edge-dropout", "0.2"],
               "birnn_gcn": ["--encoder-gcn-edge-dropout", "0.2"], "lstm_gcn": ["--encoder-gcn-edge-dropout", "0.2"]}
 # ... and the syntax transformer without a mechanism (its own encoder class, fairseq's decoder)
