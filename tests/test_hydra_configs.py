@@ -40,6 +40,7 @@ OPTIONS = {
     "bitran": {"bitran_prefixes": 2},
     "parent": {"parent_head": 1},
     "gcn_decoder": {"decoder_gcn_layers": 1},
+    "parent_b3": {"parent_head": 1},  # (and reencode_every 3, the system's own)
     "dyn_stgcd": {"dyn_stgcd_graph_dim": 16, "dyn_stgcd_graph_loss_weight": 0.5},
 }
 
@@ -79,7 +80,7 @@ def hydra_config(tmp_path, destdir, direction, arch, options):
 
 # LDD and multi-task need data-bins of their own (a SuPar parser; a multi-task preprocessing), and of the target-side
 # decoders make test keeps Linearized and the GCN decoder: the others in make test-slow
-SLOW = ("ldd", "multitask", "bitran", "parent", "dyn_stgcd")
+SLOW = ("ldd", "multitask", "bitran", "parent", "parent_b3", "dyn_stgcd")
 
 
 @pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in SYSTEMS])

@@ -30,7 +30,7 @@ from .test_supar_parser import tiny_model  # noqa: F401
 from .test_training_reliability import METHODS, RANDOMNESS, method_bin, multitask_bin  # noqa: F401
 from .test_transition_decoding import transition_bin  # noqa: F401  (EWT trees as the target: transitions)
 
-TARGET_SIDE = ("linearized", "bitran", "parent", "gcn_decoder", "dyn_stgcd")  # on their own data-bins below
+TARGET_SIDE = ("linearized", "bitran", "parent", "gcn_decoder", "parent_b3", "dyn_stgcd")  # on their own data-bins
 SOURCE_METHODS = {"vanilla_syntax": ["--arch", "transformer_pascal_tiny", "--encoder-syntax", "none"],
                   **{name: args for name, args in METHODS.items() if not name.startswith("lstm_")
                      and name not in TARGET_SIDE}}
@@ -41,11 +41,12 @@ TRANSITION_METHODS = {
     "bitran": ["--arch", "transformer_bitran_tiny"],
     "parent": ["--arch", "transformer_parent_tiny"],
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
+    "parent_b3": ["--arch", "transformer_parent_tiny", "--reencode-every", "3"],
 }
 CRITERION = ["--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 # make test keeps Linearized and the GCN decoder (the re-encoding policy of BiTran and PARENT too) under each option;
 # make test-slow BiTran and PARENT themselves
-SLOW_TARGET_SIDE = {"bitran", "parent"}
+SLOW_TARGET_SIDE = {"bitran", "parent", "parent_b3"}
 
 
 def setup(destdir, direction, *extra):
