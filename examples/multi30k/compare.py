@@ -548,9 +548,13 @@ class Comparison:
             uas_las, _ = tree_scores(system, trees, parsed)
             test["trees"] = {"uas": uas_las["uas"], "las": uas_las["las"], "words": uas_las["words"],
                              "parser": data_bin.transitions_parser}
+            if "argmax_uas" in uas_las:  # a graph decoder's raw heads, before the tree decoding
+                test["trees"]["argmax_uas"] = uas_las["argmax_uas"]
             if reads_trees_on_references(system):
                 forced, _ = tree_scores(system, *self.tree_files(data_bin.name, system, seed, on_references=True))
-                test["trees"]["on_references"] = {"uas": forced["uas"], "words": forced["words"]}
+                test["trees"]["on_references"] = {"uas": forced["uas"], "words": forced["words"],
+                                                  **({"argmax_uas": forced["argmax_uas"]}
+                                                     if "argmax_uas" in forced else {})}
         work = self.run_dir(data_bin.name, system, seed)
         curves = read_validations(work / "train.log")
         best = best_validation(curves) if self.profile.checkpoint == "best" else None
