@@ -356,19 +356,15 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             syntax[DECODER_CONTEXT] = DecoderContext.from_scan(prev_output_tokens, scan, "block", reencoded=True,
                                                                reencoded_until=until)
         padding = prev_output_tokens.eq(self.padding_idx)
-        if self.reencode_every == 1:
+        if column == start:  # re-encode the prefix (B = 1: at every step, nothing cached)
+            cache = incremental_state if self.reencode_every > 1 else None
+            if cache is not None:
+                self.forget_self_attention(cache)
+            padding = padding if bool(padding.any()) else None
             x = self.embed(prev_output_tokens)
             if self.input_module is not None:
-                x = self.input_module(x, syntax, padding if bool(padding.any()) else None)
-            x, extra = self.run_layers(x, encoder_out, None, None, padding if bool(padding.any()) else None, syntax)
-            return x[:, -1:], extra
-        if column == start:
-            self.forget_self_attention(incremental_state)
-            x = self.embed(prev_output_tokens)
-            if self.input_module is not None:
-                x = self.input_module(x, syntax, padding if bool(padding.any()) else None)
-            x, extra = self.run_layers(x, encoder_out, incremental_state, None,
-                                       padding if bool(padding.any()) else None, syntax)
+                x = self.input_module(x, syntax, padding)
+            x, extra = self.run_layers(x, encoder_out, cache, None, padding, syntax)
             return x[:, -1:], extra
         x = self.decoder_input(prev_output_tokens, incremental_state, syntax)
         newest = padding[:, -1:]
