@@ -10,6 +10,7 @@ import gzip
 import random
 import string
 import time
+import unicodedata
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
@@ -387,6 +388,18 @@ def test_decode_pieces_bytes_and_marks():
     assert decode_pieces([M + "a", "<0x09>", "b", M, "(", "c"]) == "a\tb (c"
     assert decode_pieces([M + "x", "<0xC3>", "<0xA4>"]) == "x\u00e4"
     assert transitions_to_tree([M + "x", "<0xC3>", "<0xA4>"]).words == ["x\u00e4"]
+
+
+def test_conllu_output_carries_no_control_characters(caplog):
+    """The CoNLL-U writer's last line of defence: a control character a word or the text holds (a piece after the
+    word's text may spell one) is left out, whitespace ones as a space, and logged."""
+    with caplog.at_level("WARNING"):
+        text = to_conllu([M + "a", "<0x00>", "<0x09>", "b", "<0x1C>", M + "c", "<0x7F>", "RIGHT-ARC:x"])
+    lines = text.rstrip("\n").split("\n")
+    assert lines[0] == "# text = a b  c"
+    assert [line.split("\t")[1] for line in lines[1:]] == ["a b", "c"]
+    assert not [char for char in text if unicodedata.category(char) == "Cc" and char not in "\t\n"]
+    assert "control character" in caplog.text
 
 
 # ---- the treebanks -------------------------------------------------------------------------------------------
