@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shutil
+import unicodedata
 from argparse import Namespace
 
 import conllu
@@ -29,8 +30,10 @@ from fairseq_syntax.data.transition_output import transitions_to_tree
 from fairseq_syntax.data.transition_state import is_valid_sequence, parse_transitions, transition_edges
 from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, arc_tokens, is_arc, strip_transitions, token_class
 from fairseq_syntax.parsers.conllu_reader import read_conllu
+from fairseq_syntax.tasks.constrained_generation import transition_mask
 
 from .helpers import USER_DIR, hypotheses, run_cli, write_ewt_sample
+from .test_transitions import spells_nothing_visible
 
 TRAIN, VALID = 150, 30
 
@@ -249,6 +252,35 @@ def test_random_model_only_makes_valid_projective_trees(transition_bin, tmp_path
         assert is_projective([token["head"] for token in sentence])
 
 
+def test_sampling_writes_trees_without_empty_words_or_control_characters(transition_bin, tmp_path):
+    """Issue 79: sampling from an undertrained model picks sentencepiece's byte-fallback pieces of control and
+    whitespace characters (<0x09>, <0x00>, <0x7F>), which made words of their own after a lone U+2581 or the
+    attached-word mark and went into --trees-out as `_` and raw bytes. On the data-bin's dictionary, the generator's
+    mask lets only pieces follow such a start (the word's text must come); a random model's samples are written with
+    no empty word and no control character."""
+    _, destdir, _ = transition_bin
+    trees_out = tmp_path / "trees.conllu"
+    task, model, cfg = build(destdir, "--sampling", "--beam", "4", "--nbest", "4", "--trees-out", str(trees_out))
+    dictionary = task.target_dictionary
+    word = next(symbol for symbol in dictionary.symbols if symbol.startswith("\u2581") and len(symbol) > 1)
+    for begins in ("\u2581", ATTACHED_MARK):
+        for piece in ("<0x09>", "<0x00>", "<0x7F>"):
+            prefix = torch.tensor([[dictionary.eos(), dictionary.index(word), dictionary.index(begins),
+                                    dictionary.index(piece)]])
+            mask = transition_mask(prefix, task.transition_classes)[0]
+            allowed = [dictionary[i] for i in mask.nonzero().flatten()]
+            ends_the_word = [symbol for symbol in allowed if symbol in ("</s>", ATTACHED_MARK) or is_arc(symbol)
+                             or symbol.startswith("\u2581")]
+            assert allowed and not ends_the_word, (begins, piece, ends_the_word)
+    generator = task.build_generator([model], cfg.generation)
+    for sample in batches(task):
+        task.inference_step(generator, [model], sample)
+    text = trees_out.read_text(encoding="utf-8")
+    forms = [token["form"] for sentence in conllu.parse(text) for token in sentence]
+    assert len(forms) > 100 and "_" not in forms
+    assert not [char for char in text if unicodedata.category(char) == "Cc" and char not in "\t\n"]
+
+
 def test_mask_is_applied_to_every_beam_at_every_step(transition_bin, monkeypatch):
     """Brute force: at every step, for every row of the beam, the tokens left finite are exactly those the Python
     validity function (with the remaining length budget) allows after that row's prefix."""
@@ -297,8 +329,8 @@ def heads_by_the_papers_table(tokens):
     the word just pushed (right after a piece or the mark only); LEFT-ARC makes the top word the head of the second
     and pops the second, RIGHT-ARC makes the second the head of the top and pops the top (two words needed); EOS
     comes last, with one word left: the root. Every word has some text: a lone U+2581 piece, like the mark, must
-    be followed by a piece of its word. Returns the 1-based heads (0: root); AssertionError where the sequence
-    breaks the table."""
+    be followed by a piece of its word, and a byte piece of a control or whitespace character is no text. Returns
+    the 1-based heads (0: root); AssertionError where the sequence breaks the table."""
     stack, heads, texts, open_word, after_mark = [], {}, [], False, False
     for position, token in enumerate(tokens):
         assert token not in ("<s>", "<pad>", "<unk>") and not token.startswith("madeupword"), (position, token)
@@ -321,7 +353,7 @@ def heads_by_the_papers_table(tokens):
             open_word, after_mark = True, token == "<attached>"
         else:
             assert open_word, (position, token)
-            texts[-1] += token
+            texts[-1] += "" if spells_nothing_visible(token) else token
             after_mark = False
     raise AssertionError("no EOS")
 
@@ -652,7 +684,6 @@ def test_word_vocabulary_transitions(transition_bin, tmp_path):
     # an unknown word is a word: valid targets with <unk> read as the trees they were made from, and <unk> may be
     # generated wherever a word may (it once was never valid: no unknown word could be read or emitted)
     from fairseq_syntax.data.transition_function import TransitionScan
-    from fairseq_syntax.tasks.constrained_generation import transition_mask
 
     unk = target.unk()
     dataset = task.dataset("valid")

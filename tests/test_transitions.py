@@ -8,6 +8,7 @@ the tree itself).
 """
 import gzip
 import random
+import re
 import string
 import time
 import unicodedata
@@ -23,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairseq_syntax.data.projectivity import check_tree, is_projective, projectivize
+from fairseq_syntax.data.transition_channels import target_token_classes
 from fairseq_syntax.data.transition_errors import InvalidTransitionError, InvalidTreeError, NonProjectiveError
 from fairseq_syntax.data.transition_function import TransitionScan
 from fairseq_syntax.data.transition_oracle import oracle
@@ -32,13 +34,16 @@ from fairseq_syntax.data.transition_state import (
     parse_transitions, tokens_to_finish, transition_edges,
 )
 from fairseq_syntax.data.transition_tokens import (
-    EOS, LEFT_ARC, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START, arc_tokens, every_piece_is_a_word,
-    left_arc, mark_attached_words, parse_arc, token_class, transition_vocabulary, vocabulary_classes,
+    EOS, LEFT_ARC, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_CONTINUE_NO_TEXT, WORD_MARK_ONLY, WORD_START, arc_tokens,
+    every_piece_is_a_word, left_arc, mark_attached_words, parse_arc, token_class, transition_vocabulary,
+    vocabulary_classes,
 )
+from fairseq_syntax.tasks.constrained_generation import transition_mask
 
 M = "\u2581"
 MARK = "<attached>"  # the attached-word mark, spelled here (not imported) so that the tests pin the format
-ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, WORD_MARK_ONLY)
+ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, WORD_MARK_ONLY, WORD_CONTINUE_NO_TEXT)
+CONTINUATIONS = {WORD_CONTINUE, WORD_CONTINUE_NO_TEXT}
 
 
 # ---- independent references --------------------------------------------------------------------------------
@@ -87,13 +92,13 @@ def reference_allowed(classes, remaining=None):
 def _abstract_step(stack, is_open, bare, move):
     if stack == "done":
         return None
-    if bare:  # after a mark only a piece of its word
-        return (stack, True, False) if move == WORD_CONTINUE else None
+    if bare:  # after a mark only a piece of its word, and the word has no text until a piece with text
+        return (stack, True, move == WORD_CONTINUE_NO_TEXT) if move in CONTINUATIONS else None
     if move == WORD_START:
         return stack + 1, True, False
     if move == WORD_MARK_ONLY:
         return stack + 1, True, True
-    if move == WORD_CONTINUE:
+    if move in CONTINUATIONS:
         return (stack, True, False) if is_open else None
     if move in (LEFT_ARC, RIGHT_ARC):
         return (stack - 1, False, False) if stack >= 2 else None
@@ -119,6 +124,11 @@ def _can_finish(state, budget):
     return False
 
 
+def spells_nothing_visible(piece):
+    """The byte-fallback piece of an ASCII control character or a space."""
+    return re.fullmatch(r"<0x([01][0-9A-F]|20|7F)>", piece) is not None
+
+
 def reference_classes(tokens, word_ids=None):
     """Class of every token of a sequence, decided here (arcs by prefix, pieces by U+2581 or by word ids)."""
     out, last_word = [], -1
@@ -131,10 +141,16 @@ def reference_classes(tokens, word_ids=None):
             out.append(WORD_MARK_ONLY)
             last_word = word_ids[i] if word_ids is not None else last_word
         elif word_ids is not None:
-            out.append(WORD_START if word_ids[i] > last_word else WORD_CONTINUE)
+            no_text = spells_nothing_visible(token)
+            if word_ids[i] > last_word:
+                out.append(WORD_MARK_ONLY if no_text else WORD_START)
+            else:
+                out.append(WORD_CONTINUE_NO_TEXT if no_text else WORD_CONTINUE)
             last_word = word_ids[i]
+        elif token.startswith(M):
+            out.append(WORD_START)
         else:
-            out.append(WORD_START if token.startswith(M) else WORD_CONTINUE)
+            out.append(WORD_CONTINUE_NO_TEXT if spells_nothing_visible(token) else WORD_CONTINUE)
     return out
 
 
@@ -266,15 +282,15 @@ def test_validity_by_hand():
 
     new_word = {WORD_START, WORD_MARK_ONLY}
     assert allowed([]) == new_word  # no continuation, arc or EOS before the first word
-    assert allowed([M + "Jo"]) == new_word | {WORD_CONTINUE, EOS}  # one word: it may end
-    assert allowed([M + "Jo", "hn", M + "put"]) == new_word | {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert allowed([M + "Jo"]) == new_word | CONTINUATIONS | {EOS}  # one word: it may end
+    assert allowed([M + "Jo", "hn", M + "put"]) == new_word | CONTINUATIONS | {LEFT_ARC, RIGHT_ARC}
     # after an arc the top word is complete: no continuation piece; one word left: EOS
     assert allowed(PAPER_TOKENS[:4]) == new_word | {EOS}
     assert allowed(PAPER_TOKENS[:7]) == new_word | {LEFT_ARC, RIGHT_ARC}
     assert allowed(PAPER_TOKENS) == new_word | {EOS}
     # an attached-word mark begins a word that must get a piece: nothing else may follow it
-    assert allowed([M + "dogs", MARK]) == {WORD_CONTINUE}
-    assert allowed([M + "dogs", MARK, "."]) == new_word | {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert allowed([M + "dogs", MARK]) == CONTINUATIONS
+    assert allowed([M + "dogs", MARK, "."]) == new_word | CONTINUATIONS | {LEFT_ARC, RIGHT_ARC}
     with pytest.raises(InvalidTransitionError, match="cannot be empty"):
         parse_transitions([M + "a", MARK, "RIGHT-ARC:punct"])
     with pytest.raises(InvalidTransitionError, match="cannot be empty"):
@@ -285,7 +301,7 @@ def test_validity_by_hand():
     # a lone U+2581 piece spells only a space: like the mark, a piece of its word must follow (no empty word, no
     # empty translation); sentencepiece writes it before a word whose first piece it has only without the mark
     assert token_class(M) == token_class(M + M) == WORD_MARK_ONLY
-    assert allowed([M]) == allowed([M + "dogs", M]) == {WORD_CONTINUE}
+    assert allowed([M]) == allowed([M + "dogs", M]) == CONTINUATIONS
     for empty in ([M, "</s>"], [M + "a", M, "RIGHT-ARC:x"], [M + "a", M, M + "b"]):
         with pytest.raises(InvalidTransitionError, match="cannot be empty"):
             parse_transitions(empty)
@@ -319,8 +335,8 @@ def test_validity_by_hand():
 def test_length_budget_by_hand():
     three = [M + "a", M + "b", M + "c"]  # three words on the stack: 2 arcs + EOS still needed
     assert allowed_next(three, remaining=3) == {LEFT_ARC, RIGHT_ARC}
-    assert allowed_next(three, remaining=4) == {WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
-    assert allowed_next(three, remaining=5) == {WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC}
+    assert allowed_next(three, remaining=4) == CONTINUATIONS | {LEFT_ARC, RIGHT_ARC}
+    assert allowed_next(three, remaining=5) == CONTINUATIONS | {WORD_START, LEFT_ARC, RIGHT_ARC}
     assert allowed_next(three, remaining=2) == set()  # already too late
     assert allowed_next([M + "a"], remaining=1) == {EOS}
     assert allowed_next([], remaining=2) == {WORD_START}
@@ -328,6 +344,7 @@ def test_length_budget_by_hand():
     assert WORD_MARK_ONLY not in allowed_next([M + "a", M + "b"], remaining=4)
     assert WORD_MARK_ONLY in allowed_next([M + "a", M + "b"], remaining=5)
     assert allowed_next([M + "a", MARK], remaining=3) == {WORD_CONTINUE}  # the piece, an arc, EOS
+    assert allowed_next([M + "a", MARK], remaining=4) == CONTINUATIONS  # a tab, a piece with text, an arc, EOS
     assert allowed_next([M + "a", MARK], remaining=2) == set()
     assert tokens_to_finish(0) == 2 and tokens_to_finish(3) == 3
 
@@ -362,9 +379,10 @@ def test_tokens_and_vocabulary_classes():
     assert parse_arc("RIGHT-ARC:compound:prt") == (RIGHT_ARC, "compound:prt")
     assert parse_arc(M + "LEFT") is None and parse_arc("LEFT-ARC:") is None
     symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "the", "ing", "LEFT-ARC:det", "RIGHT-ARC:obj", "madeupword0000",
-               MARK]
+               MARK, "<0x09>", "<0xC3>"]
     assert vocabulary_classes(symbols).tolist() == [OTHER, OTHER, EOS, OTHER, WORD_START, WORD_CONTINUE,
-                                                       LEFT_ARC, RIGHT_ARC, OTHER, WORD_MARK_ONLY]
+                                                       LEFT_ARC, RIGHT_ARC, OTHER, WORD_MARK_ONLY,
+                                                       WORD_CONTINUE_NO_TEXT, WORD_CONTINUE]
     assert transition_vocabulary(["nsubj", "root"]) == [MARK, "LEFT-ARC:nsubj", "RIGHT-ARC:nsubj"]
     assert vocabulary_classes(["ing", ","], word_initial=every_piece_is_a_word).tolist() == [WORD_START] * 2
     with pytest.raises(ValueError):
@@ -388,6 +406,72 @@ def test_decode_pieces_bytes_and_marks():
     assert decode_pieces([M + "a", "<0x09>", "b", M, "(", "c"]) == "a\tb (c"
     assert decode_pieces([M + "x", "<0xC3>", "<0xA4>"]) == "x\u00e4"
     assert transitions_to_tree([M + "x", "<0xC3>", "<0xA4>"]).words == ["x\u00e4"]
+
+
+# sentencepiece's byte-fallback pieces of characters with nothing visible: a tab, NUL, DEL and a space (sentencepiece
+# writes a space as U+2581, but an undertrained model may sample <0x20> as any other piece)
+INVISIBLE_PIECES = ("<0x09>", "<0x00>", "<0x7F>", "<0x20>")
+
+
+def conllu_forms(text):
+    return [token["form"] for sentence in conllu.parse(text) for token in sentence]
+
+
+def test_a_piece_with_no_visible_character_makes_no_word():
+    """Issue 79: sampled from an early model, such a piece after a lone U+2581 or the attached-word mark was a word
+    of its own, written into CoNLL-U as `_` or as the raw byte. Where a word would start it may only come before the
+    word's text (the project's codec writes a tab before a word so); after text it is part of that word. The
+    generator's mask (the data-bin's token classes) agrees, and preprocessing refuses a word with no text."""
+    for invisible in INVISIBLE_PIECES:
+        for begins in (M, MARK):
+            for empty in ([M + "a", begins, invisible, "RIGHT-ARC:x"], [M + "a", begins, invisible, M + "b"],
+                          [begins, invisible, "</s>"], [M + "a", begins, invisible, "<0x09>", "LEFT-ARC:x"]):
+                with pytest.raises(InvalidTransitionError, match="cannot be empty"):
+                    parse_transitions(empty)
+            assert conllu_forms(to_conllu([M + "a", begins, invisible, "b", "RIGHT-ARC:x"])) == ["a", "b"]
+        assert conllu_forms(to_conllu([M + "a", invisible, M + "b", "RIGHT-ARC:x"])) == ["a", "b"]
+        with pytest.raises(InvalidTreeError, match="no text"):
+            mark_attached_words([M + "a", M, invisible], [0, 1, 1])
+        assert mark_attached_words([M + "a", invisible, "b"], [0, 1, 1]) == ([M + "a", MARK, invisible, "b"],
+                                                                             [0, 1, 1, 1])
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "a", "b", M, MARK, "LEFT-ARC:x", "RIGHT-ARC:x", *INVISIBLE_PIECES,
+               "<0xC3>", "<0xA4>"]
+    index = {symbol: i for i, symbol in enumerate(symbols)}
+    token_classes = target_token_classes(symbols, word_level=False)
+
+    def allowed_after(tokens):  # the generator's mask after fairseq's BOS and `tokens`
+        prefix = torch.tensor([[index["</s>"]] + [index[token] for token in tokens]])
+        return {symbol for symbol, allowed in zip(symbols, transition_mask(prefix, token_classes)[0]) if allowed}
+
+    pieces = {"b", *INVISIBLE_PIECES, "<0xC3>", "<0xA4>"}
+    for begins in (M, MARK):
+        assert allowed_after([M + "a", begins]) == pieces
+        for invisible in INVISIBLE_PIECES:
+            assert allowed_after([M + "a", begins, invisible]) == pieces  # the word's text must still come
+    assert allowed_after([M + "a", M, "<0xC3>"]) == allowed_after([M + "a", M, "b"]) == {
+        M + "a", M, MARK, "LEFT-ARC:x", "RIGHT-ARC:x", *pieces}  # a byte of a character outside the vocabulary
+    assert allowed_after([M + "a", M + "a", "<0x09>"]) == allowed_after([M + "a", M + "a", "b"])
+
+
+def test_sampled_sequences_make_words_with_text():
+    """Sequences sampled uniformly under the generator's mask and length window over a vocabulary where a third of
+    the pieces spell nothing visible: no word written into CoNLL-U is empty, and no line carries a control
+    character."""
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "a", M + "b", "c", "<0xC3>", "<0xA4>", M, MARK, "LEFT-ARC:x",
+               "RIGHT-ARC:x", *INVISIBLE_PIECES]
+    token_classes = target_token_classes(symbols, word_level=False)
+    torch.manual_seed(3)
+    batch, max_len = 256, 12
+    tokens = torch.full((batch, 1), 2)  # fairseq's BOS (EOS)
+    for _ in range(max_len + 1):
+        allowed = transition_mask(tokens, token_classes, max_len=max_len)
+        allowed[:, 2] |= ~allowed.any(dim=1)  # a finished row repeats EOS
+        tokens = torch.cat([tokens, torch.multinomial(allowed.float(), 1)], dim=1)
+    for row in tokens.tolist():
+        sequence = [symbols[i] for i in row[1:row.index(2, 1)]]
+        text = to_conllu(sequence)
+        assert "_" not in conllu_forms(text), sequence  # an empty word
+        assert not [char for char in text if unicodedata.category(char) == "Cc" and char not in "\t\n"], sequence
 
 
 def test_conllu_output_carries_no_control_characters(caplog):
@@ -694,9 +778,10 @@ def test_projectivize_random_trees(heads):
 # ---- random sequences, invalid steps, and the batched mask ---------------------------------------------------
 
 VOCAB = ["<s>", "<pad>", "</s>", "<unk>", M + "a", M + "b", "c", "d", "LEFT-ARC:x", "RIGHT-ARC:x", "LEFT-ARC:y",
-         "RIGHT-ARC:y", "madeupword0000", MARK]
+         "RIGHT-ARC:y", "madeupword0000", MARK, "<0x09>"]
 VOCAB_CLASS = {0: OTHER, 1: OTHER, 2: EOS, 3: OTHER, 4: WORD_START, 5: WORD_START, 6: WORD_CONTINUE,
-               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER, 13: WORD_MARK_ONLY}
+               7: WORD_CONTINUE, 8: LEFT_ARC, 9: RIGHT_ARC, 10: LEFT_ARC, 11: RIGHT_ARC, 12: OTHER, 13: WORD_MARK_ONLY,
+               14: WORD_CONTINUE_NO_TEXT}
 BY_CLASS = {c: [i for i, k in VOCAB_CLASS.items() if k == c] for c in (*ALL_MOVES, OTHER)}
 
 
@@ -809,13 +894,14 @@ def test_budget_always_lets_the_beam_finish():
 
 
 @settings(max_examples=200, deadline=None)
-@given(classes=st.lists(st.sampled_from((WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, WORD_MARK_ONLY)),
+@given(classes=st.lists(st.sampled_from((WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, WORD_MARK_ONLY,
+                                         WORD_CONTINUE_NO_TEXT)),
                         max_size=20), remaining=st.integers(0, 12))
 def test_budget_matches_brute_force_search(classes, remaining):
     """The budget rule (a formula in the module) against a breadth-first search over all continuations."""
     state, tokens = (0, False, False), []
     spelled = {WORD_START: M + "a", WORD_CONTINUE: "c", LEFT_ARC: "LEFT-ARC:x", RIGHT_ARC: "RIGHT-ARC:x",
-               WORD_MARK_ONLY: MARK}
+               WORD_MARK_ONLY: MARK, WORD_CONTINUE_NO_TEXT: "<0x09>"}
     for move in classes:  # keep the valid moves of the random list
         nxt = _abstract_step(*state, move)
         if nxt is None:

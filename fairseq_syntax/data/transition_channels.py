@@ -22,7 +22,7 @@ from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, SyntaxManife
 from .transition_oracle import oracle
 from .transition_state import EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD
 from .transition_tokens import (
-    ATTACHED_MARK, EOS, FAIRSEQ_SPECIALS, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START, every_piece_is_a_word,
+    ATTACHED_MARK, EOS, FAIRSEQ_SPECIALS, WORD_CONTINUATIONS, WORD_MARK_ONLY, WORD_START, every_piece_is_a_word,
     mark_attached_words, starts_with_word_mark, vocabulary_classes, vocabulary_labels,
 )
 
@@ -111,7 +111,7 @@ def transition_syntaxes(sequences: Sequence[Sequence[str]], word_ids: Sequence[S
 
 # sentencepiece pieces (or words of a word vocabulary); WORD_MARK_ONLY holds a lone "\u2581" piece, a piece of the
 # plain target too, and the attached-word mark, which is not (target_token_counts tells them apart by symbol)
-PIECE_CLASSES = (WORD_START, WORD_CONTINUE, WORD_MARK_ONLY)
+PIECE_CLASSES = (WORD_START, *WORD_CONTINUATIONS, WORD_MARK_ONLY)
 
 
 def target_token_counts(token_ids: np.ndarray, classes: Sequence[int], symbols: Sequence[str]) -> Dict[str, int]:

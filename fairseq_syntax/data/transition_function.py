@@ -6,8 +6,9 @@ mask, and the prefix graph a decoder re-encodes) all call this one function.
 
 State (B hypotheses, tensors on the tokens' device):
   stack (B, D)  0-based words on the stack, bottom first (D grows as needed); depth (B,) how many
-  num_words (B,), open (the latest token is a piece: a continuation may follow), bare (the latest token is an
-  attached-word mark: only a continuation may follow), finished (EOS taken)
+  num_words (B,), open (the latest token is a piece: a continuation may follow), bare (the open word was begun by
+  an attached-word mark or a lone \u2581 and has no visible text yet: only a continuation may follow), finished
+  (EOS taken)
 History, one column per token taken so far (B, n):
   word      the 0-based word of a piece (word-initial, continuation or attached-word mark), -1 otherwise
   head, dependent   for an arc token, its head and dependent words, -1 otherwise
@@ -30,7 +31,9 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .transition_tokens import EOS, LEFT_ARC, NUM_CLASSES, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_MARK_ONLY, WORD_START
+from .transition_tokens import (
+    EOS, LEFT_ARC, NUM_CLASSES, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_CONTINUE_NO_TEXT, WORD_MARK_ONLY, WORD_START,
+)
 
 NO_INDEX = -1
 
@@ -103,7 +106,7 @@ class TransitionScan:
         allowed = self.allowed_classes().gather(1, move.unsqueeze(1)).squeeze(1)
         move = torch.where(allowed, move, torch.full_like(move, OTHER))
         begins = (move == WORD_START) | (move == WORD_MARK_ONLY)
-        continues = move == WORD_CONTINUE
+        continues = (move == WORD_CONTINUE) | (move == WORD_CONTINUE_NO_TEXT)
         left = move == LEFT_ARC
         arc = left | (move == RIGHT_ARC)
         eos = move == EOS
@@ -127,7 +130,9 @@ class TransitionScan:
         return TransitionScan(
             stack=stack, depth=depth + begins.long() - arc.long(), num_words=self.num_words + begins.long(),
             open=torch.where(piece, torch.ones_like(self.open), self.open & ~(arc | eos)),
-            bare=torch.where(move == OTHER, self.bare, move == WORD_MARK_ONLY), finished=self.finished | eos,
+            # a piece with no visible character gives its word no text: a word that had none still waits for it
+            bare=torch.where((move == OTHER) | (move == WORD_CONTINUE_NO_TEXT), self.bare, move == WORD_MARK_ONLY),
+            finished=self.finished | eos,
             word=torch.cat([self.word, word.unsqueeze(1)], dim=1),
             head=torch.cat([self.head, torch.where(arc, head, none).unsqueeze(1)], dim=1),
             dependent=torch.cat([self.dependent, torch.where(arc, dependent, none).unsqueeze(1)], dim=1),
@@ -159,7 +164,7 @@ class TransitionScan:
         free = live & ~self.bare  # after a mark only a continuation piece
         depth = self.depth
         allowed = torch.stack([free, live & self.open, free & (depth >= 2), free & (depth >= 2), free & (depth == 1),
-                               torch.zeros_like(live), free], dim=1)
+                               torch.zeros_like(live), free, live & self.open], dim=1)
         if remaining is None and minimum is None:
             assert allowed.size(1) == NUM_CLASSES
             return allowed
@@ -174,7 +179,8 @@ class TransitionScan:
             fits(depth - 1, "closed" if continuations else "words", low, high),
             (high >= 0) & (low <= 0) & torch.ones_like(live),  # EOS: it is the last token
             torch.zeros_like(live),
-            fits(depth + 1, "bare", low, high)], dim=1)  # a mark or lone U+2581: a piece must follow
+            fits(depth + 1, "bare", low, high),  # a mark or lone U+2581: a piece must follow
+            torch.where(self.bare, fits(depth, "bare", low, high), fits(depth, "open", low, high))], dim=1)
         allowed = allowed & window
         assert allowed.size(1) == NUM_CLASSES
         return allowed

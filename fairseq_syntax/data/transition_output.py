@@ -1,14 +1,13 @@
 """A finished transition sequence read out: its text (sentencepiece pieces decoded), its tree, and CoNLL-U."""
 import logging
-import re
 import unicodedata
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from .transition_errors import InvalidTransitionError
 from .transition_state import TransitionState, parse_transitions
-from .transition_tokens import ATTACHED_MARK, ROOT_LABEL, WORD_MARK, WordRule, starts_with_word_mark, strip_transitions
-
-_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+from .transition_tokens import (
+    ATTACHED_MARK, BYTE_PIECE, ROOT_LABEL, WORD_MARK, WordRule, starts_with_word_mark, strip_transitions,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +20,7 @@ def _decode(pieces: Sequence[str]) -> str:
     out: List[str] = []
     pending = bytearray()
     for piece in pieces:
-        byte = _BYTE_PIECE.fullmatch(piece) if piece.startswith("<0x") else None
+        byte = BYTE_PIECE.fullmatch(piece) if piece.startswith("<0x") else None
         if byte is not None:
             pending.append(int(byte.group(1), 16))
             continue

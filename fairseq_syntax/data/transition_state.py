@@ -16,7 +16,8 @@ Budget. A state with k words on the stack needs at least k more tokens to finish
 word yet: a piece and EOS). With `remaining` (how many more tokens the hypothesis may produce, EOS included), a move
 is allowed only if the state it leads to can still finish: a word-initial piece needs remaining >= k + 2, a
 continuation piece k + 1, an arc k, EOS 1, an attached-word mark k + 3 (the mark, at least one piece, then k + 1 to
-finish); so when remaining == k only arcs (or EOS at k == 1) are allowed. If the current state can finish within
+finish), a piece with no visible character k + 1, or k + 2 while its word has no text (a piece with text must
+follow); so when remaining == k only arcs (or EOS at k == 1) are allowed. If the current state can finish within
 `remaining`, at least one move is always allowed.
 """
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from .subword import NO_WORD  # the word id of an arc token: the project's one v
 from .transition_errors import InvalidTransitionError
 from .transition_tokens import (
     ATTACHED_MARK, CLASS_NAMES, EOS, LEFT_ARC, LEFT_ARC_PREFIX, OTHER, RIGHT_ARC, RIGHT_ARC_PREFIX, WORD_BEGINNINGS,
-    WORD_CONTINUE, WORD_MARK_ONLY, WORD_START, WordRule, starts_with_word_mark, token_class,
+    WORD_CONTINUATIONS, WORD_CONTINUE, WORD_CONTINUE_NO_TEXT, WORD_MARK_ONLY, WORD_START, WordRule,
+    starts_with_word_mark, token_class,
 )
 
 # edge kinds (TransitionEdges.kind)
@@ -48,8 +50,11 @@ def _default_token_class(token: str) -> int:
     return move
 
 
-def _budget_allows(move: int, stack: int, remaining: int) -> bool:
-    """Whether `move` leaves a state that can still finish within `remaining` - 1 tokens (module doc)."""
+def _budget_allows(move: int, stack: int, remaining: int, bare: bool) -> bool:
+    """Whether `move` leaves a state that can still finish within `remaining` - 1 tokens (module doc); `bare`:
+    the open word has no text yet."""
+    if move == WORD_CONTINUE_NO_TEXT:
+        return remaining >= stack + (2 if bare else 1)
     if move == WORD_START:
         return remaining >= stack + 2
     if move == WORD_MARK_ONLY:
@@ -80,8 +85,8 @@ class TransitionState:
     """f(prefix): the stack and the labeled graph after a prefix. Fields: `tokens` so far, `stack` (0-based words,
     bottom first), `word_pieces` (token positions of each word's pieces), `heads` (1-based, 0 while a word has no
     head; the root keeps 0), `labels` (None while unattached), `arcs` (Arc per arc token), `open` (the latest token
-    is a piece: its word may still grow), `bare` (the latest token is an attached-word mark: a piece must follow),
-    `finished` (EOS was taken)."""
+    is a piece: its word may still grow), `bare` (the open word was begun by an attached-word mark or a lone
+    \u2581 and has no visible text yet: a piece must follow), `finished` (EOS was taken)."""
 
     __slots__ = ("tokens", "stack", "word_pieces", "heads", "labels", "arcs", "open", "bare", "finished",
                  "word_initial")
@@ -119,11 +124,11 @@ class TransitionState:
         if move in (LEFT_ARC, RIGHT_ARC):
             return move if word_id == NO_WORD else OTHER
         if word_id == self.num_words:
-            return WORD_MARK_ONLY if move == WORD_MARK_ONLY else WORD_START
+            return WORD_MARK_ONLY if move in (WORD_MARK_ONLY, WORD_CONTINUE_NO_TEXT) else WORD_START
         if token == ATTACHED_MARK:
             return OTHER  # the mark only begins a word (a lone \u2581 inside one, by the map, is a space of it)
         if word_id == self.num_words - 1 and word_id >= 0:
-            return WORD_CONTINUE
+            return WORD_CONTINUE_NO_TEXT if move == WORD_CONTINUE_NO_TEXT else WORD_CONTINUE
         return OTHER
 
     def allowed(self, remaining: Optional[int] = None) -> FrozenSet[int]:
@@ -133,17 +138,17 @@ class TransitionState:
             return frozenset()
         stack = len(self.stack)
         if self.bare:  # only a piece of the word the mark began
-            moves = [WORD_CONTINUE]
+            moves = list(WORD_CONTINUATIONS)
         else:
             moves = self._allowed_unmarked(stack)
         if remaining is not None:
-            moves = [move for move in moves if _budget_allows(move, stack, remaining)]
+            moves = [move for move in moves if _budget_allows(move, stack, remaining, self.bare)]
         return frozenset(moves)
 
     def _allowed_unmarked(self, stack: int) -> List[int]:
         moves = [WORD_START, WORD_MARK_ONLY]
         if self.open:
-            moves.append(WORD_CONTINUE)
+            moves += WORD_CONTINUATIONS
         if stack >= 2:
             moves += [LEFT_ARC, RIGHT_ARC]
         if stack == 1:
@@ -153,10 +158,10 @@ class TransitionState:
     def why_invalid(self, move: int) -> Optional[str]:
         if self.finished:
             return "the sequence has ended (EOS)"
-        if self.bare and move != WORD_CONTINUE:
-            return ("an attached-word mark or a lone \u2581 piece must be followed by a piece of its word (a word "
-                    "cannot be empty)")
-        if move == WORD_CONTINUE and not self.open:
+        if self.bare and move not in WORD_CONTINUATIONS:
+            return ("an attached-word mark or a lone \u2581 piece must be followed by a piece of its word with text (a "
+                    "word cannot be empty)")
+        if move in WORD_CONTINUATIONS and not self.open:
             if not self.word_pieces:
                 return "a continuation piece cannot begin the sequence (no word in progress)"
             return "a continuation piece must follow a piece of its word (an arc or EOS completed the word)"
@@ -173,21 +178,22 @@ class TransitionState:
         InvalidTransitionError (the state is then unchanged)."""
         move = self.classify(token, word_id)
         stack = len(self.stack)
-        if self.finished or (self.bare and move != WORD_CONTINUE) or \
-                not (move in WORD_BEGINNINGS or (move == WORD_CONTINUE and self.open) or
-                     (stack >= 2 and (move == LEFT_ARC or move == RIGHT_ARC)) or (move == EOS and stack == 1)):
+        if (self.finished or (self.bare and move not in WORD_CONTINUATIONS)
+                or not (move in WORD_BEGINNINGS or (move in WORD_CONTINUATIONS and self.open)
+                        or (stack >= 2 and (move == LEFT_ARC or move == RIGHT_ARC)) or (move == EOS and stack == 1))):
             raise InvalidTransitionError(f"token {len(self.tokens)} {token!r} ({CLASS_NAMES[move]}): "
                                          f"{self.why_invalid(move)}")
         position = len(self.tokens)
         self.tokens.append(token)
-        self.bare = move == WORD_MARK_ONLY
+        # a piece with no visible character gives its word no text: a word that had none still waits for it
+        self.bare = move == WORD_MARK_ONLY or (move == WORD_CONTINUE_NO_TEXT and self.bare)
         if move in WORD_BEGINNINGS:
             self.stack.append(len(self.word_pieces))
             self.word_pieces.append([position])
             self.heads.append(0)
             self.labels.append(None)
             self.open = True
-        elif move == WORD_CONTINUE:
+        elif move in WORD_CONTINUATIONS:
             self.word_pieces[-1].append(position)
         elif move == EOS:
             self.open = False

@@ -36,6 +36,15 @@ word whose first piece it has only without the mark ("\u2581" "\u00c4" ...). It 
 (WORD_MARK_ONLY: it begins a word, and a continuation piece must follow), so no generated word, and no translation,
 is empty; a parsed word that segments to such pieces alone has no text and is refused by the oracle's writer
 (`mark_attached_words`).
+Pieces with no visible character. A continuation piece may spell nothing visible either: sentencepiece's
+byte-fallback pieces of control and whitespace characters (<0x09> a tab, <0x00>, <0x7F>), which an undertrained
+model samples as often as any piece. Such a piece (class WORD_CONTINUE_NO_TEXT) continues the word like any
+continuation, but does not give it text: after a mark or a lone "\u2581" its word still waits for a piece with text.
+So it is part of the previous word after that word's text, and where a word starts it may only come before the
+word's text; it never makes a word of its own. It is not masked where a word starts: the codec writes whitespace
+before a word into the word ("\u2581" "<0x09>" "W" ...: a tab, then "Wasserfont\u00e4ne", in Multi30k's German), and
+such targets must stay valid. A byte from 0x80 up counts as text: it is part of a character outside the
+vocabulary, the rest of it in the next pieces, which one piece cannot see.
 """
 import re
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -54,13 +63,16 @@ ROOT_LABEL = "root"  # UD's label of the root word (its edge is deleted from the
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "<unk>")  # never valid as a generated token (`vocabulary_classes`)
 
 # token classes (shared by the Python validity function and the batched one, transition_function.py)
-WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_MARK_ONLY = range(7)
-NUM_CLASSES = 7
+WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_MARK_ONLY, WORD_CONTINUE_NO_TEXT = range(8)
+NUM_CLASSES = 8
 CLASS_NAMES = ("word-initial piece", "continuation piece", "LEFT-ARC", "RIGHT-ARC", "EOS", "other",
-               "word mark with no text (attached-word mark or a lone \u2581)")
+               "word mark with no text (attached-word mark or a lone \u2581)",
+               "continuation piece with no visible character")
 WORD_BEGINNINGS = (WORD_START, WORD_MARK_ONLY)  # the classes that push a word
+WORD_CONTINUATIONS = (WORD_CONTINUE, WORD_CONTINUE_NO_TEXT)  # the classes that grow the open word
 
 _WHITESPACE = re.compile(r"\s")
+BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback: the piece of byte 0xNN
 _FAIRSEQ_PADDING = re.compile(r"madeupword\d+")  # symbols fairseq adds to pad a dictionary's size
 _ARC_PREFIXES = (LEFT_ARC_PREFIX, RIGHT_ARC_PREFIX)
 
@@ -134,6 +146,19 @@ def every_piece_is_a_word(piece: str) -> bool:
 WordRule = Callable[[str], bool]
 
 
+def spells_visible_text(piece: str) -> bool:
+    """Whether a piece decodes to some visible character (module doc, "Pieces with no visible character"):
+    U+2581 is a space, a byte-fallback piece of an ASCII byte is that character, one of a byte from 0x80 up counts
+    as text."""
+    byte = BYTE_PIECE.fullmatch(piece)
+    if byte is not None:
+        value = int(byte.group(1), 16)
+        if value >= 0x80:
+            return True
+        piece = chr(value)
+    return any(char.isprintable() and not char.isspace() and char != WORD_MARK for char in piece)
+
+
 def token_class(token: str, word_initial: WordRule = starts_with_word_mark, eos: str = EOS_SYMBOL,
                 specials: Sequence[str] = FAIRSEQ_SPECIALS) -> int:
     """The class of a token read by the word-boundary rule (no explicit word map); fairseq's specials and its
@@ -148,7 +173,7 @@ def token_class(token: str, word_initial: WordRule = starts_with_word_mark, eos:
     if arc is not None:
         return arc[0]
     if not word_initial(token):
-        return WORD_CONTINUE
+        return WORD_CONTINUE if spells_visible_text(token) else WORD_CONTINUE_NO_TEXT
     return WORD_MARK_ONLY if token and not token.strip(WORD_MARK) else WORD_START  # module doc, "Empty words"
 
 
@@ -159,11 +184,11 @@ def mark_attached_words(pieces: Sequence[str], word_ids: Sequence[int],
     before a word (a run of spaces: sentencepiece writes "\u2581" pieces, then "\u2581word") are left out, so the
     word's own piece begins it: a run of spaces becomes one. Raises InvalidTreeError where no mark can help: a
     piece inside a word that the rule reads as a new word (a word with a space in it), or a word whose pieces
-    spell nothing (only "\u2581": module doc, "Empty words")."""
+    spell nothing visible (only "\u2581", or control and whitespace bytes: module doc, "Empty words")."""
     marked, marked_ids, previous, start = [], [], None, 0
 
     def require_text(word):
-        if all(p == ATTACHED_MARK or not p.strip(WORD_MARK) for p in marked[start:]):
+        if not any(p != ATTACHED_MARK and spells_visible_text(p) for p in marked[start:]):
             raise InvalidTreeError(f"word {word} has no text after segmentation (its pieces: {marked[start:]!r})")
 
     for index, (piece, word) in enumerate(zip(pieces, word_ids)):
