@@ -710,6 +710,84 @@ def test_readme_results_tables_are_the_committed_results_files():
         pytest.skip("no results sections in README.md or docs/results.md yet")
 
 
+def committed_records():
+    return [path for path in results_store.run_files(results_store.RESULTS, ".json")
+            if not path.name.endswith(".challenge.json")]
+
+
+def test_a_records_budget_is_the_updates_its_training_ran():
+    """Every committed record (archived ones too) holds the budget its run trained: the updates its training log
+    ended at (`training.updates`, read from the log by compare.py) and its train command's --max-update, or under
+    an epoch budget the command's --max-epoch."""
+    import shlex
+
+    records = committed_records()
+    if not records:
+        pytest.skip("no committed records")
+    wrong = []
+    for path in records:
+        record = json.loads(path.read_text())
+        budget, command = record["budget"], shlex.split(record["commands"]["train"])
+        if "max_update" in budget:
+            claimed = (budget["max_update"], record["training"]["updates"], option_value(command, "--max-update"))
+            if not float(claimed[0]) == float(claimed[1]) == float(claimed[2]):
+                wrong.append(f"{path}: budget, log, command {claimed}")
+        elif float(budget["max_epoch"]) != float(option_value(command, "--max-epoch")):
+            wrong.append(f"{path}: max_epoch {budget['max_epoch']}, command {option_value(command, '--max-epoch')}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_run_with_its_own_update_budget_is_read_with_it(tmp_path):
+    """A record whose run had its own update budget (multitask_pairs: as many translation pairs as vanilla at the
+    profile's budget) is averaged in with that budget, and left out with any other, or when the profile budget its
+    own budget was scaled from is not the profile's; the report names its budget."""
+    record = {"budget": {"max_update": 5466, "beam": 5},
+              "training": {"equal_translation_pairs": {"profile_max_update": 1600, "max_update": 5466}}}
+    profile_budget = {"max_update": 1600.0, "beam": 5}
+    assert results_store.budget_problem(record, profile_budget) is None
+    assert "made at budget" in results_store.budget_problem(dict(record, budget={"max_update": 1600.0, "beam": 5}),
+                                                            profile_budget)
+    scaled_from_another = dict(record, training={"equal_translation_pairs": {"profile_max_update": 800,
+                                                                             "max_update": 5466}})
+    assert "made at budget" in results_store.budget_problem(scaled_from_another, profile_budget)
+    plain = {"budget": {"max_update": 5466, "beam": 5}, "training": {}}
+    assert "made at budget" in results_store.budget_problem(plain, profile_budget)
+
+
+def test_the_p_column_is_welch_over_seeds_and_rows_name_their_machines():
+    """The committed cpu runs' table (README's section, which test_readme_results_tables_are_the_committed_results_
+    files checks against the generator): the p column holds Welch's test over seeds only (a one-seed row none),
+    per-seed bootstrap p values carry no star, each seed's machine is a letter of the legend, and a row whose seeds
+    ran on more than one machine says it is mixed."""
+    profile = load_profile("cpu", list(MULTI30K_SYSTEMS))
+    readme = (REPO / "README.md").read_text()
+    if f"<!-- results:{profile.name} begin -->" not in readme:
+        pytest.skip("no cpu results section in README.md")
+    report = readme.split(f"<!-- results:{profile.name} begin -->")[1].split(f"<!-- results:{profile.name} end -->")[0]
+    runs, _, _ = results_store.load_runs(results_store.RESULTS, profile.name, profile.budget_record())
+    systems = runs["en-de.spacy"]
+    legend = dict(line[2:].split(": ", 1) for line in report.splitlines() if re.match(r"- [A-Z]: ", line))
+    letters = {text: letter for letter, text in legend.items()}
+    header = next(line for line in report.splitlines() if line.startswith("| system |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    rows = {cells[0]: dict(zip(columns, cells)) for cells in
+            ([cell.strip() for cell in line.strip("|").split("|")] for line in report.splitlines()
+             if line.startswith("| ") and not line.startswith("| system"))
+            if len(cells) == len(columns)}
+    p_column = next(c for c in columns if c.startswith("p vs vanilla"))
+    per_seed = next(c for c in columns if c.startswith("BLEU per seed"))
+    machine_column = next(c for c in columns if c.startswith("machine"))
+    assert set(rows) == set(systems)
+    for system, by_seed in systems.items():
+        row = rows[system]
+        assert " *" not in row[per_seed]  # one training's bootstrap is not starred
+        if system != "vanilla":
+            assert row[p_column] == "n/a (one seed)" if len(by_seed) == 1 else re.fullmatch(r"[01]\.\d{3}( \*)?",
+                                                                                            row[p_column])
+        expected = [letters[results_store.machine_text(run.record["machine"])] for _, run in sorted(by_seed.items())]
+        assert row[machine_column] == ", ".join(expected) + (" (mixed)" if len(set(expected)) > 1 else "")
+
+
 def test_runs_of_another_precision_get_a_table_of_their_own(tmp_path):
     """Runs of one profile trained in fp16 and in float32 are not averaged as seeds of one recipe: the committed
     GPU runs (fp16), one of them relabelled float32, give two tables, the relabelled run alone in the second."""
@@ -845,6 +923,10 @@ def test_equal_pairs_budget_counts_the_batches_fairseq_makes(data_root, tmp_path
     command = compare.train_command(profile, comparison.settings, multitask, "en", "de", "multitask_pairs", 1,
                                     tmp_path / "checkpoints", comparison.budget(data_bin.name, "multitask_pairs"))
     assert option_value([str(a) for a in command], "--max-update") == str(pairs["max_update"])
+    # the record's budget is the updates the run trains, not the profile's (the profile's stay in the training part)
+    assert comparison.budget_record(data_bin.name, "multitask_pairs") == {**profile.budget_record(),
+                                                                          "max_update": pairs["max_update"]}
+    assert comparison.budget_record(data_bin.name, "vanilla") == profile.budget_record()
     # fairseq-train's own count of the same epoch
     trained = subprocess.run([str(a) for a in command[:-2]] + ["--save-dir", str(tmp_path / "checkpoints"),
                              "--max-update", "1", "--no-save"], capture_output=True,

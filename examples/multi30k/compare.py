@@ -568,7 +568,7 @@ class Comparison:
                                 work / "checkpoints", self.budget(data_bin.name, system))
         record = {
             "profile": self.profile.name, "data_bin": data_bin.name, "system": system, "seed": seed,
-            "budget": self.profile.budget_record(),
+            "budget": self.budget_record(data_bin.name, system),
             "commands": {
                 "train": portable_command(trained),
                 "test": portable_command(generate_command(self.profile, self.settings, destdir, data_bin.src,
@@ -662,6 +662,12 @@ class Comparison:
         profile's)."""
         own = self.own_budgets.get((bin_name, system))
         return {"max_update": own[1]["max_update"]} if own else None
+
+    def budget_record(self, bin_name: str, system: str) -> Dict[str, object]:
+        """The record's budget: the profile's, with the updates this run trained (an EQUAL_PAIRS or EQUAL_POSITIONS
+        system's own; the training section says what they equal)."""
+        own = self.own_budgets.get((bin_name, system))
+        return results_store.run_budget(self.profile.budget_record(), own[1]["max_update"] if own else None)
 
     def own_budget_record(self, bin_name: str, system: str) -> Dict[str, dict]:
         """{record key: counts} of an EQUAL_PAIRS or EQUAL_POSITIONS system's budget (a results file's training

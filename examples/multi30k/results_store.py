@@ -226,6 +226,33 @@ def read_files(path: Path, root: Path, keys: Tuple[str, ...], refuse) -> Tuple[O
     return (None, None, f"{path.relative_to(root)}: {problem}") if problem else (record, hypotheses, None)
 
 
+OWN_BUDGETS = ("equal_translation_pairs", "equal_target_positions")  # compare.py's scaled budgets, as records keep them
+
+
+def run_budget(profile_budget: Dict, own_max_update: Optional[int] = None) -> Dict:
+    """A record's budget: the profile's, with the updates the run trained where it had an update budget of its own
+    (compare.py's EQUAL_PAIRS and EQUAL_POSITIONS systems)."""
+    return dict(profile_budget, max_update=own_max_update) if own_max_update is not None else dict(profile_budget)
+
+
+def expected_budget(record: Dict, profile_budget: Dict) -> Dict:
+    """The budget a record of this profile must hold: the profile's, or, for a run with its own update budget
+    scaled from the profile's (its training section's equal_* entry, whose profile_max_update must be the
+    profile's), the profile's with that run's updates."""
+    for key in OWN_BUDGETS:
+        own = record.get("training", {}).get(key)
+        if own and own.get("profile_max_update") == profile_budget.get("max_update"):
+            return run_budget(profile_budget, own["max_update"])
+    return dict(profile_budget)
+
+
+def budget_problem(record: Dict, budget: Optional[Dict]) -> Optional[str]:
+    if budget is None:
+        return None
+    expected = expected_budget(record, budget)
+    return None if record["budget"] == expected else f"made at budget {record['budget']}, the profile's is {expected}"
+
+
 def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
     """Every complete run of the profile: ({data-bin: {system: {seed: Run}}}, {data-bin: references}, problems).
     A problem is a run left out, with the reason: an unreadable or incomplete record, a missing or altered
@@ -240,9 +267,8 @@ def load_runs(root: Path, profile: str, budget: Optional[Dict] = None):
         problems.append(f"{partial.relative_to(root)}: half-written (a run stopped while writing its record)")
     for path in run_files(folder, ".json"):
         name = path.relative_to(root)
-        record, hypotheses, problem = read_files(
-            path, root, RECORD_KEYS, lambda record: f"made at budget {record['budget']}, the profile's is {budget}"
-            if budget is not None and record["budget"] != budget else None)
+        record, hypotheses, problem = read_files(path, root, RECORD_KEYS,
+                                                 lambda record: budget_problem(record, budget))
         if problem:
             problems.append(problem)
             continue
@@ -328,22 +354,51 @@ def number_text(value, digits=0) -> str:
     return "?" if value is None else f"{value:,.{digits}f}"
 
 
-def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str]) -> List[str]:
-    rows = ["| system | seeds | parameters | BLEU mean ± sd | p vs vanilla (Welch over seeds; one seed: its paired "
-            "bootstrap) | BLEU per seed (95% CI; p, paired bootstrap vs vanilla of that seed) | chrF++ | TER | RIBES | "
-            "BLEU-1 | kept update per seed | train target words/s |", "|---" * 12 + "|"]
+def machine_labels(systems: Dict[str, Dict[int, Run]], order: List[str]) -> Dict[str, str]:
+    """{machine text: a letter}, lettered in the order the table's rows and seeds first use them."""
+    labels: Dict[str, str] = {}
+    for system in order:
+        for _, run in sorted(systems[system].items()):
+            labels.setdefault(machine_text(run.record["machine"]), chr(ord("A") + len(labels)))
+    return labels
+
+
+def own_budgets_text(systems: Dict[str, Dict[int, Run]], order: List[str], budget: Dict) -> str:
+    """The rows whose runs trained another number of updates than the profile's budget, and what they equal."""
+    own = []
+    for system in order:
+        updates = sorted({run.record["budget"].get("max_update") for run in systems[system].values()
+                          if run.record["budget"].get("max_update") != budget.get("max_update")})
+        if updates:
+            kinds = sorted({key.replace("equal_", "").replace("_", " ") for run in systems[system].values()
+                            for key in OWN_BUDGETS if key in run.record["training"]})
+            own.append(f"{system} {', '.join(number_text(u) for u in updates)} updates"
+                       + (f" (as many {' and '.join(kinds)} as the profile's budget gives {BASELINE})" if kinds else ""))
+    return ("Own update budgets: " + "; ".join(own) + ".") if own else ""
+
+
+def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str],
+              machines: Dict[str, str]) -> List[str]:
+    """The table's rows. The p column is Welch's test over seeds only: a paired bootstrap of one seed's
+    translations measures that training (one seed retrained on another machine has moved by half a BLEU point), so
+    the per-seed p values are shown unstarred and a one-seed row has no p."""
+    rows = ["| system | seeds | parameters | BLEU mean ± sd | p vs vanilla (Welch over seeds) | BLEU per seed (95% CI; "
+            "paired bootstrap p vs vanilla's same seed: one training each) | machine per seed | chrF++ | TER | RIBES | "
+            "BLEU-1 | kept update per seed | train target words/s |", "|---" * 13 + "|"]
     for system in order:
         entry, by_seed = summary[system], systems[system]
         runs = []
         for run in entry["bleu_runs"]:
             text = f"{run['score']:.2f}" + (f" ± {run['ci']:.2f}" if run["ci"] is not None else "")
             if run["p_value"] is not None and system != BASELINE:
-                text += f" (p {run['p_value']:.3f}{' *' if run['p_value'] < 0.05 else ''})"
+                text += f" (p {run['p_value']:.3f})"
             runs.append(text)
-        if entry["p_value"] is not None:
+        if entry["test"] == "welch" and entry["p_value"] is not None:
             test = f"{entry['p_value']:.3f}{' *' if entry['p_value'] < 0.05 else ''}"
         else:
             test = "baseline" if system == BASELINE else ("n/a (one seed)" if len(entry["seeds"]) < 2 else "n/a")
+        seed_machines = [machines[machine_text(by_seed[seed].record["machine"])] for seed in entry["seeds"]]
+        machine_cell = ", ".join(seed_machines) + (" (mixed)" if len(set(seed_machines)) > 1 else "")
         training = [by_seed[seed].record["training"] for seed in entry["seeds"]]
         parameters = {t.get("parameters") for t in training}
         # words (pieces + EOS), the same count for every system; a record without it (written before
@@ -365,7 +420,8 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
             speed_text = "per seed: " + ", ".join(number_text(speed) for speed in speeds)
         rows.append(f"| {system} | {len(entry['seeds'])} | "
                     f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
-                    f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {mean_sd_text(entry['chrf++'])} | "
+                    f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {machine_cell} | "
+                    f"{mean_sd_text(entry['chrf++'])} | "
                     f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
                     f"{mean_sd_text(entry['bleu-1'])} | "
                     f"{', '.join(number_text(t.get('kept_update')) for t in training)} | "
@@ -536,11 +592,16 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
         order = system_order(systems, preferred)
         _, summary = summarize_bin(systems, references[data_bin])
         first = next(iter(next(iter(systems.values())).values())).record
-        machines = sorted({machine_text(run.record["machine"]) for by_seed in systems.values()
-                           for run in by_seed.values()})
+        machines = machine_labels(systems, order)
         parts.append(f"**{label}** (test2016, {len(references[data_bin])} sentences; budget "
-                     f"{json.dumps(first['budget'])}; {', '.join(machines)})\n")
-        parts.append("\n".join(bin_table(data_bin, systems, summary, order)) + "\n")
+                     f"{json.dumps(budget if budget is not None else first['budget'])})\n")
+        own = own_budgets_text(systems, order, budget if budget is not None else first["budget"])
+        if own:
+            parts.append(own + "\n")
+        parts.append("Machines (a row whose seeds ran on more than one is marked mixed: its sd holds the "
+                     "machines' differences too):\n\n"
+                     + "\n".join(f"- {letter}: {text}" for text, letter in machines.items()) + "\n")
+        parts.append("\n".join(bin_table(data_bin, systems, summary, order, machines)) + "\n")
         trees = trees_rows(systems, order)
         if trees:
             parts.append("Generated trees, against the target parser's parse of the same words (a graph decoder's "
