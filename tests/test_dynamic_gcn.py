@@ -183,9 +183,10 @@ def rankings(coefficients, mask, b):
 
 
 def test_the_papers_graph_attention_ranks_the_candidates_alike_in_every_row():
-    """Why the paper's eq. 7 gives every word the same head (docs/results.md, Dyn-STGCD seed 1's trees): its score
-    LeakyReLU(psi_i . W y_i + psi_j . W y_j) is increasing in the candidate's term, so every row orders the
-    candidate nodes alike (Brody et al. 2022's static attention), computed from the loop, not from the module."""
+    """Why the paper's eq. 7 gives every word the same head (docs/run-log.md, 2026-11-28, Dyn-STGCD seed 1's
+    trees): its score LeakyReLU(psi_i . W y_i + psi_j . W y_j) is increasing in the candidate's term, so every row
+    orders the candidate nodes alike (Brody et al. 2022's static attention), computed from the loop, not from the
+    module."""
     generator = torch.Generator().manual_seed(13)
     torch.manual_seed(13)
     module = GraphAttentionCoefficients(embed_dim=5, attention_dim=3)

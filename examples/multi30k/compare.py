@@ -156,7 +156,7 @@ class Settings:
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.jobs)
         # parsers and data-bins are made before the trainings, one at a time: every core, unless --threads was given
         # (a run in the background of other work; a 2-thread parser beside a 2-thread training on 2 cores slowed
-        # both ~10x, docs/results.md)
+        # both ~10x, docs/run-log.md, 2026-11-26)
         self.preparation_threads = threads
         self.results = results  # where each finished run's record goes (results_store.py); None: nowhere
 

@@ -33,7 +33,7 @@ MULTI30K_SYSTEMS = {
     "bitran_k4": ["--arch", "transformer_bitran_multi30k", "--bitran-prefixes", "4"],
     "parent": ["--arch", "transformer_parent_multi30k"],
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_multi30k"],
-    # exact re-encoding trains at ~1/40 of Linearized's speed on a CPU (docs/results.md: ~30 h for the cpu
+    # exact re-encoding trains at ~1/40 of Linearized's speed on a CPU (docs/run-log.md, 2026-11-27: ~30 h for the cpu
     # profile's 1,600 updates): the campaign's rows of these decoders sample 4 prefixes per sentence, as bitran_k4
     "parent_k4": ["--arch", "transformer_parent_multi30k", "--bitran-prefixes", "4"],
     "gcn_decoder_k4": ["--arch", "transformer_gcn_decoder_multi30k", "--bitran-prefixes", "4"],
