@@ -372,8 +372,8 @@ def own_budgets_text(systems: Dict[str, Dict[int, Run]], order: List[str], budge
         if updates:
             kinds = sorted({key.replace("equal_", "").replace("_", " ") for run in systems[system].values()
                             for key in OWN_BUDGETS if key in run.record["training"]})
-            own.append(f"{system} {', '.join(number_text(u) for u in updates)} updates"
-                       + (f" (as many {' and '.join(kinds)} as the profile's budget gives {BASELINE})" if kinds else ""))
+            equal = f" (as many {' and '.join(kinds)} as the profile's budget gives {BASELINE})" if kinds else ""
+            own.append(f"{system} {', '.join(number_text(u) for u in updates)} updates{equal}")
     return ("Own update budgets: " + "; ".join(own) + ".") if own else ""
 
 
