@@ -45,3 +45,16 @@ def device(request) -> torch.device:
     tests/devices.py). TF32 is off inside the test, so float32 on CUDA keeps the CPU's tolerances."""
     with exact_float32():
         yield torch.device(request.param)
+
+
+NO_DATA = "(set DATA_ROOT)"  # every skip for lack of the shared data says this
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A run without the shared data skips a large part of the suite: say so loudly, with the count, rather than
+    let it pass as green."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if NO_DATA in str(getattr(report, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_sep("!", f"{len(skipped)} tests SKIPPED for lack of the shared data at {DATA_ROOT}: "
+                                        f"set DATA_ROOT to the data folder (README, Data)", red=True, bold=True)

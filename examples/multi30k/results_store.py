@@ -377,8 +377,12 @@ def own_budgets_text(systems: Dict[str, Dict[int, Run]], order: List[str], budge
     return ("Own update budgets: " + "; ".join(own) + ".") if own else ""
 
 
+COMPACT_COLUMNS = ("system", "seeds", "parameters", "BLEU mean ± sd", "p vs vanilla (Welch over seeds)",
+                   "machine per seed", "kept update per seed")
+
+
 def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, order: List[str],
-              machines: Dict[str, str]) -> List[str]:
+              machines: Dict[str, str], compact: bool = False) -> List[str]:
     """The table's rows. The p column is Welch's test over seeds only: a paired bootstrap of one seed's
     translations measures that training (one seed retrained on another machine has moved by half a BLEU point), so
     the per-seed p values are shown unstarred and a one-seed row has no p."""
@@ -412,6 +416,12 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
         settings = {(machine_text(by_seed[seed].record["machine"]),
                      by_seed[seed].record["training"].get("speed_estimate", EARLIER_SPEED_ESTIMATE))
                     for seed in entry["seeds"]}
+        kept_text = ", ".join(number_text(t.get("kept_update")) for t in training)
+        if compact:
+            rows.append(f"| {system} | {len(entry['seeds'])} | "
+                        f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
+                        f"{mean_sd_text(entry['bleu'])} | {test} | {machine_cell} | {kept_text} |")
+            continue
         if not speeds:
             speed_text = "?"
         elif len(settings) == 1:
@@ -424,8 +434,9 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
                     f"{mean_sd_text(entry['chrf++'])} | "
                     f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
                     f"{mean_sd_text(entry['bleu-1'])} | "
-                    f"{', '.join(number_text(t.get('kept_update')) for t in training)} | "
-                    f"{speed_text} |")
+                    f"{kept_text} | {speed_text} |")
+    if compact:
+        rows[:2] = ["| " + " | ".join(COMPACT_COLUMNS) + " |", "|---" * len(COMPACT_COLUMNS) + "|"]
     return rows
 
 
@@ -576,13 +587,20 @@ def not_run_yet(plan: RunPlan, runs: Dict[str, Dict[str, Dict[int, "Run"]]],
 
 
 def profile_report(root: Path, profile: str, preferred: List[str], budget: Optional[Dict] = None,
-                   plots: bool = True, plan: Optional[RunPlan] = None) -> str:
+                   plots: bool = True, plan: Optional[RunPlan] = None, compact: bool = False) -> str:
     """The markdown of every data-bin of the profile's results (and, with `plots`, the learning curves beside
-    them); with `plan`, the planned runs that have no complete record yet."""
+    them); with `plan`, the planned runs that have no complete record yet. `compact` (README's): the main table's
+    BLEU, Welch p, machines and kept updates only, the rest left to the full report (docs/results.md)."""
+    return profile_reports(root, profile, preferred, budget, plots, plan)[1 if compact else 0]
+
+
+def profile_reports(root: Path, profile: str, preferred: List[str], budget: Optional[Dict] = None,
+                    plots: bool = True, plan: Optional[RunPlan] = None) -> Tuple[str, str]:
+    """(the full report, the compact one) of profile_report, the runs scored once."""
     runs, references, problems = load_runs(root, profile, budget)
     challenges, challenge_problems = load_challenges(root, profile, runs)
     problems += challenge_problems
-    parts = []
+    parts, compact = [], []
     tables = [(data_bin, kind, systems) for data_bin in sorted(runs)
               for kind, systems in sorted(by_precision(runs[data_bin]).items())]
     for data_bin, kind, systems in tables:
@@ -601,6 +619,8 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
         parts.append("Machines (a row whose seeds ran on more than one is marked mixed: its sd holds the "
                      "machines' differences too):\n\n"
                      + "\n".join(f"- {letter}: {text}" for text, letter in machines.items()) + "\n")
+        compact += parts[-(3 if own else 2):]
+        compact.append("\n".join(bin_table(data_bin, systems, summary, order, machines, compact=True)) + "\n")
         parts.append("\n".join(bin_table(data_bin, systems, summary, order, machines)) + "\n")
         trees = trees_rows(systems, order)
         if trees:
@@ -623,13 +643,19 @@ def profile_report(root: Path, profile: str, preferred: List[str], budget: Optio
         parts.append(f"Learning curves: `results/{profile}/{data_bin}/{stem}.bleu.png`, `{stem}.loss.png`.\n")
     if not runs:
         parts.append(f"No complete run of profile {profile} yet.\n")
+        compact.append(parts[-1])
     remaining = not_run_yet(plan, runs, challenges) if plan is not None else []
     if remaining:
         parts.append(f"Still to run (the profile's systems x seeds {seeds_text(plan.seeds)}):\n\n"
                      + "\n".join(remaining) + "\n")
     if problems:
         parts.append("Left out (not averaged in):\n\n" + "\n".join(f"- {p}" for p in problems) + "\n")
-    return "\n".join(parts)
+    if runs:
+        left = " and the runs left out" if problems else ""
+        compact.append(f"Per-seed scores and bootstraps, chrF++, TER, RIBES, speeds, generated trees, challenge sets, "
+                       f"learning curves, what is still to run{left}: the full report in "
+                       f"[docs/results.md](docs/results.md).\n")
+    return "\n".join(parts), "\n".join(compact)
 
 
 def replace_section(path: Path, profile: str, text: str) -> bool:
@@ -718,10 +744,11 @@ def main(argv=None):
     if args.reread_speeds:
         for line in reread_speeds(Path(args.results), profile.name, Path(args.reread_speeds)):
             print(line, file=sys.stderr)
-    text = profile_report(Path(args.results), profile.name, list(MULTI30K_SYSTEMS), profile.budget_record(),
-                          plots=not args.no_plots, plan=RunPlan.of(profile))
-    for target in (args.readme, args.results_doc):
-        if target and not replace_section(Path(target), profile.name, text):
+    text, compact = profile_reports(Path(args.results), profile.name, list(MULTI30K_SYSTEMS),
+                                    profile.budget_record(), plots=not args.no_plots, plan=RunPlan.of(profile))
+    # README gets the compact table, the results document the whole report
+    for target, section in ((args.readme, compact), (args.results_doc, text)):
+        if target and not replace_section(Path(target), profile.name, section):
             raise SystemExit(f"{target} has no <!-- results:{profile.name} begin/end --> markers")
     print(text)
 
