@@ -219,8 +219,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
         # positions of the whole prefix (fairseq's positional embedding takes the last one under incremental state)
         x = self.embed(prev_output_tokens, None)
         padding = prev_output_tokens.eq(self.padding_idx)
-        x = self.input_module(x, syntax, padding if bool(padding.any()) else None)
-        return x[-1:] if incremental_state is not None else x
+        return self.input_module(x, syntax, padding if bool(padding.any()) else None,
+                                 incremental_state=incremental_state, newest_only=incremental_state is not None)
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
@@ -362,8 +362,8 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                 self.forget_self_attention(cache)
             padding = padding if bool(padding.any()) else None
             x = self.embed(prev_output_tokens)
-            if self.input_module is not None:
-                x = self.input_module(x, syntax, padding)
+            if self.input_module is not None:  # its kept inputs (B > 1) serve the causal steps until the next block
+                x = self.input_module(x, syntax, padding, incremental_state=cache)
             x, extra = self.run_layers(x, encoder_out, cache, None, padding, syntax)
             return x[:, -1:], extra
         x = self.decoder_input(prev_output_tokens, incremental_state, syntax)

@@ -217,27 +217,49 @@ class GraphConvolution(nn.Module):
     def forward(self, x: Tensor, arcs: PieceArcs) -> Tensor:
         return self.forward_edges(x, directed_edges(arcs, x.size(1)))
 
-    def forward_edges(self, x: Tensor, edges: DirectedEdges) -> Tensor:
+    def forward_edges(self, x: Tensor, edges: DirectedEdges, newest: int = 0) -> Tensor:
         """The layer over explicit directed edges (no self loops: every node has its own) between the flat nodes
-        of x (T, B, C), node = column * B + sentence."""
+        of x (T, B, C), node = column * B + sentence. `newest` k > 0: the output of the last k columns only
+        (k, B, C), from the edges they receive, the other columns read only as their senders (a cached decoding
+        step: the earlier columns' outputs are kept)."""
         width, batch, _ = x.shape
-        nodes, dim = width * batch, self.hidden_dim
-        transformed = self.weight(x).view(nodes * DIRECTIONS, dim)  # row n * 3 + d: W_d h_n
+        flat = x.reshape(width * batch, x.size(-1))
+        if not newest:
+            out = self.convolve(flat, flat, edges).view(width, batch, self.hidden_dim)
+        else:
+            first = (width - newest) * batch  # the newest columns' nodes are the last ones of the flat layout
+            received = edges.target >= first
+            senders, local = torch.unique(edges.source[received], return_inverse=True)
+            edges = DirectedEdges(source=local, target=edges.target[received] - first,
+                                  direction=edges.direction[received], label=edges.label[received])
+            out = self.convolve(flat.index_select(0, senders), flat[first:], edges).view(newest, batch,
+                                                                                          self.hidden_dim)
+        return out if self.out_proj is None else self.out_proj(out)
+
+    def convolve(self, senders: Tensor, receivers: Tensor, edges: DirectedEdges) -> Tensor:
+        """(N_receivers, k): the convolution at the receiver nodes (N_r, C) of the messages their edges bring from
+        the sender nodes (N_s, C) (edges.source indexes senders, edges.target receivers; the same tensor when
+        every node is computed)."""
+        dim = self.hidden_dim
+        transformed = self.weight(senders).view(-1, dim)  # row n * 3 + d: W_d h_n
+        logits = self.gate_logits(senders) if self.gates else None
+        every_node = senders is receivers
+        own_transformed = transformed if every_node else self.weight(receivers).view(-1, dim)
+        own_logits = logits if every_node or not self.gates else self.gate_logits(receivers)
         rows = self.bias_rows(edges)
-        logits = self.gate_logits(x) if self.gates else None
-        weights = self.edge_weights(edges, rows, logits, edges.source.numel(), x.device, self.gate_dtype(x))
+        weights = self.edge_weights(edges, rows, logits, edges.source.numel(), senders.device,
+                                    self.gate_dtype(senders))
         # edges: gather W_dir h_u, add b_lab, weight by the gate, sum into the target
         messages = transformed.index_select(0, edges.source * DIRECTIONS + edges.direction)
-        messages = messages + self.bias.to(x.dtype).index_select(0, rows)
+        messages = messages + self.bias.to(senders.dtype).index_select(0, rows)
         if weights is not None:
-            messages = messages * weights.to(x.dtype).unsqueeze(-1)
+            messages = messages * weights.to(senders.dtype).unsqueeze(-1)
         # self loops: every node, never dropped
-        own = transformed.view(nodes, DIRECTIONS, dim)[:, SELF] + self.bias[SELF].to(x.dtype)
+        own = own_transformed.view(-1, DIRECTIONS, dim)[:, SELF] + self.bias[SELF].to(receivers.dtype)
         if self.gates:
-            own_gate = torch.sigmoid(logits[:, SELF] + self.gate_bias[SELF].to(logits.dtype))
-            own = own * own_gate.to(x.dtype).unsqueeze(-1)
-        out = F.relu(own.index_add(0, edges.target, messages)).view(width, batch, dim)
-        return out if self.out_proj is None else self.out_proj(out)
+            own_gate = torch.sigmoid(own_logits[:, SELF] + self.gate_bias[SELF].to(own_logits.dtype))
+            own = own * own_gate.to(receivers.dtype).unsqueeze(-1)
+        return F.relu(own.index_add(0, edges.target, messages))
 
 
 # ---- the bidirectional GRU over padded batches ------------------------------------------------------------------

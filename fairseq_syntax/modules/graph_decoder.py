@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 from fairseq.dataclass import FairseqDataclass
+from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor
 
 from .decoder_context import DecoderContext
@@ -54,6 +55,7 @@ def prefix_graph_edges(context: DecoderContext, batch_size: int) -> DirectedEdge
 
 
 @register_decoder_mechanism("gcn")
+@with_incremental_state
 class DecoderGraphConvolution(SyntaxMechanism):
     shape = "input"
     needs_target_transitions = True
@@ -78,8 +80,33 @@ class DecoderGraphConvolution(SyntaxMechanism):
                              edge_dropout=float(self.option(args, "decoder_gcn_edge_dropout")))
             for _ in range(int(self.option(args, "decoder_gcn_layers"))))
 
-    def forward(self, x: Tensor, syntax, padding_mask, incremental_state=None) -> Tensor:
+    def forward(self, x: Tensor, syntax, padding_mask, incremental_state=None, newest_only: bool = False) -> Tensor:
+        """x (T, B, C): the prefix's input vectors -> the GCN's output of every column, or with `newest_only` (a
+        cached decoding step) of the newest column only, (1, B, C). A column's output depends only on the edges it
+        may use (DecoderContext.visible), which do not change until the prefix is re-encoded, so each layer's
+        input of the earlier columns is kept in `incremental_state` (when given) and only the newest column's
+        edges are convolved; without kept inputs that fit the prefix every column is computed (and kept)."""
         edges = prefix_graph_edges(syntax[DECODER_CONTEXT], x.size(1))
-        for gcn in self.layers:
-            x = x + gcn.forward_edges(x, edges)
-        return x
+        kept = self.get_incremental_state(incremental_state, "layer_inputs") if incremental_state is not None else None
+        if newest_only and kept is not None and kept["0"].shape[:2] == (x.size(0) - 1, x.size(1)):
+            layer_inputs, newest = [torch.cat([kept["0"], x[-1:]])], x[-1:]
+            for index, gcn in enumerate(self.layers):
+                if index:  # the earlier columns' inputs of this layer are the outputs kept from their steps
+                    layer_inputs.append(torch.cat([kept[str(index)], newest]))
+                newest = newest + gcn.forward_edges(layer_inputs[-1], edges, newest=1)
+        else:
+            layer_inputs = []
+            for gcn in self.layers:
+                layer_inputs.append(x)
+                x = x + gcn.forward_edges(x, edges)
+            newest = x[-1:] if newest_only else x
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "layer_inputs",
+                                       {str(index): inputs for index, inputs in enumerate(layer_inputs)})
+        return newest
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        kept = self.get_incremental_state(incremental_state, "layer_inputs")
+        if kept is not None:
+            self.set_incremental_state(incremental_state, "layer_inputs",
+                                       {index: inputs.index_select(1, new_order) for index, inputs in kept.items()})

@@ -12,9 +12,12 @@ declares, once:
                       "embedding"         (token embeddings (B, T, C), syntax, mask) -> token embeddings, before
                                           scaling and positions (Sennrich & Haddow's label features)
                     or, for the decoder as a whole (built once, in the decoder):
-                      "input"             (x (T, B, C), syntax, mask) -> x: the decoder's input vectors (scaled
+                      "input"             (x (T, B, C), syntax, mask, incremental_state=None,
+                                          newest_only=False) -> x: the decoder's input vectors (scaled
                                           embeddings plus positions) before its first layer (Choshen & Abend's
-                                          decoder GCN, "stacked immediately above the embedding layer")
+                                          decoder GCN, "stacked immediately above the embedding layer"); in
+                                          decoding, x is the whole prefix and newest_only asks for its newest
+                                          column, (1, B, C), which may be computed from what the mechanism kept
   needs_target_transitions
                     a decoder mechanism that reads the generated target graph: it finds the decoder context
                     (modules/decoder_context.py: prefix tokens, prefix graph, which edges each column may use) in
