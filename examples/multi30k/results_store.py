@@ -495,7 +495,9 @@ def challenge_rows(systems: Dict[str, Dict[int, Run]], order: List[str]) -> List
     sets = {entry["name"]: entry for entry in systems[columns[0][0]][columns[0][1]].record["sets"]}
     rows = [f"Challenge sets (Choshen & Abend 2019), {export['direction']}: at most {export['max_per_set']} pairs "
             f"per set (seeded sample), BLEU / chrF++ of each run's translations; † Moses-tokenized; * p < 0.05, "
-            f"paired bootstrap against vanilla's translations of the same seed.{note}", "",
+            f"paired bootstrap against vanilla's translations of the same seed: one training against one training, "
+            f"not a method against a method, and {2 * len(sets) * max(0, len(columns) - 1)} such tests at once, "
+            f"about one in twenty of them under 0.05 by chance.{note}", "",
             "| set | phenomenon | side | domain | distance | pairs | "
             + " | ".join(f"{system} seed {seed}" for system, seed in columns) + " |", "|---" * (6 + len(columns)) + "|"]
     for name in sorted(sets, key=lambda name: set_order(sets[name])):

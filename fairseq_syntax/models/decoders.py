@@ -364,7 +364,9 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             x = self.embed(prev_output_tokens)
             if self.input_module is not None:  # its kept inputs (B > 1) serve the causal steps until the next block
                 x = self.input_module(x, syntax, padding, incremental_state=cache)
-            x, extra = self.run_layers(x, encoder_out, cache, None, padding, syntax)
+            # the top layer computes the newest column only (the others' keys and values fill the cache)
+            x, extra = self.run_layers(x, encoder_out, cache, None, padding, syntax,
+                                       query_start=column if self.top_layer_predicted_only else 0)
             return x[:, -1:], extra
         x = self.decoder_input(prev_output_tokens, incremental_state, syntax)
         newest = padding[:, -1:]

@@ -35,7 +35,7 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
                 static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False,
                 score_modification: Optional[ScoreModification] = None):
-        fewer_queries = incremental_state is None and query.size(0) != key.size(0)
+        fewer_queries = query.size(0) != key.size(0)
         if score_modification is None and not fewer_queries:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, need_weights=need_weights,
@@ -44,18 +44,20 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
         if before_softmax or static_kv or self.bias_k is not None or self.add_zero_attn:
             raise NotImplementedError("syntax-biased attention supports plain self-attention only")
         need_weights = need_weights or need_head_weights
-        if incremental_state is not None:
+        if incremental_state is not None and not fewer_queries:
             return self.incremental_modified_attention(query, key_padding_mask, incremental_state, attn_mask,
                                                        score_modification, need_weights, need_head_weights)
         return self.modified_attention(query, key, key_padding_mask, attn_mask, score_modification, need_weights,
-                                       need_head_weights)
+                                       need_head_weights, incremental_state)
 
     def modified_attention(self, query: Tensor, x: Tensor, key_padding_mask: Optional[Tensor],
                            attn_mask: Optional[Tensor], modification: Optional[ScoreModification], need_weights: bool,
-                           need_head_weights: bool):
+                           need_head_weights: bool, incremental_state=None):
         """Full-sequence self-attention of x (T, B, C), or of its last columns `query` (Tq, B, C) over all of x
         (BiTran's top layer computes only the columns a view predicts); attn_mask (Tq, T) and the modification's
-        matrix have Tq rows. Returns (output (Tq, B, C), weights or None)."""
+        matrix have Tq rows. With `incremental_state` (a prefix re-encoded in decoding, its last column the only
+        query), the keys and values of every column replace the cache, as fairseq's attention keeps them, for
+        the steps that follow. Returns (output (Tq, B, C), weights or None)."""
         length, batch_size, embed_dim = query.shape
 
         def split_heads(projected: Tensor) -> Tensor:  # (T, B, C) -> (B, H, T, d)
@@ -64,6 +66,9 @@ class SyntaxBiasedSelfAttention(MultiheadAttention):
         q = split_heads(self.q_proj(query) * self.scaling)
         k = split_heads(self.k_proj(x))
         v = split_heads(self.v_proj(x))
+        if incremental_state is not None:
+            self._set_input_buffer(incremental_state, {"prev_key": k.contiguous(), "prev_value": v.contiguous(),
+                                                       "prev_key_padding_mask": key_padding_mask})
         scores = torch.matmul(q, k.transpose(-1, -2))
         if modification is not None:
             scores = modification.apply(scores)
