@@ -70,8 +70,10 @@ GENERATE_PIECES = 25  # every plain hypothesis is forced to this many tokens (a 
 TARGET_PARSER = "de_gsd_pud"  # the German SuPar parser of examples/multi30k/compare.py's PARSERS
 
 
-PEAK_RSS = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); " \
-           "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+PEAK_RSS = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+    "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+)
 
 
 def run(args, **kwargs):
@@ -199,8 +201,8 @@ def generate(data_bin, checkpoint, lengths=(GENERATE_PIECES, GENERATE_PIECES), m
     first of that many shards of the test batches (fairseq-generate shards its batches by --distributed-world-size and
     --distributed-rank; a quick check)."""
     max_len, min_len = lengths
-    program = [BIN / "fairseq-generate"] if masks is None else \
-        [BIN / "python", REPO / "bench" / "timed_generate.py", "--masks", masks]
+    program = ([BIN / "fairseq-generate"] if masks is None else
+               [BIN / "python", REPO / "bench" / "timed_generate.py", "--masks", masks])
     sharded = ["--distributed-world-size", shards, "--distributed-rank", "0"] if shards > 1 else []
     log = run([*program, data_bin, "--user-dir", REPO / "fairseq_syntax", "--task",
                "syntax_translation", "-s", direction[0], "-t", direction[1], "--path", checkpoint, "--gen-subset",
@@ -347,8 +349,8 @@ def measure_models(args, workdir, data_bin):
                 sps, peak = generate(bins[name], checkpoint, lengths[name], shards=args.generate_shards)
             m["generate_sps"].append(sps)
             m["generate_peak_mb"].append(peak)
-            masks = f", masks {m['mask_fraction'][-1]:.1%} of generation time, without masks " \
-                    f"{m['generate_sps_without_masks'][-1]:.1f} sentences/s" if name in words else ""
+            masks = (f", masks {m['mask_fraction'][-1]:.1%} of generation time, without masks "
+                     f"{m['generate_sps_without_masks'][-1]:.1f} sentences/s" if name in words else "")
             print(f"repeat {repeat}: {name}: train {m['train_wps'][-1]:.0f} words/s, "
                   f"generate {m['generate_sps'][-1]:.1f} sentences/s{masks}", flush=True)
     for name in words:  # more A/B pairs on the last checkpoint: one pair's difference is within the runs' noise

@@ -102,8 +102,8 @@ def describe_refusal(message: str) -> str:
         if found:
             return describe(found)
     cause = _torch_cause(message)
-    return f"something torch's weights-only loader refuses ({cause})" if cause else \
-        "something torch's weights-only loader refuses"
+    return (f"something torch's weights-only loader refuses ({cause})" if cause else
+            "something torch's weights-only loader refuses")
 
 
 def refuse_unsafe_checkpoints(checkpoint_utils_module):

@@ -56,8 +56,8 @@ class TargetTransitions:
             tokens.append(sequence)
             ids.append(sequence_ids)
             data.attached_words += sequence.count(ATTACHED_MARK)
-            data.collapsed_spaces += len(sentence) - sum(1 for w in sequence_ids if w != NO_WORD) + \
-                sequence.count(ATTACHED_MARK)
+            data.collapsed_spaces += (len(sentence) - sum(1 for w in sequence_ids if w != NO_WORD) +
+                                      sequence.count(ATTACHED_MARK))
         data.select(keep)
         pieces = {lang: tokens if lang == tgt else [pieces[lang][p] for p in keep] for lang in pieces}
         word_ids = {lang: ids if lang == tgt else [word_ids[lang][p] for p in keep] for lang in word_ids}

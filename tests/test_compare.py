@@ -301,8 +301,8 @@ def test_tree_scores_over_seeds_in_the_report():
     results = {"en-de.x": {"summary": summarize_seeds(per_seed, "vanilla"), "trees": trees,
                            "tree_parser": "supar:@de_gsd_pud"}}
     rows = compare.trees_table(results)
-    assert rows[2] == "| en-de.x | linearized | supar:@de_gsd_pud | 2 | 19.00 ± 1.41 | 65.00 ± 7.07 | 52.00 ± 2.83 | " \
-                      "100, 100 |"
+    assert rows[2] == ("| en-de.x | linearized | supar:@de_gsd_pud | 2 | 19.00 ± 1.41 | 65.00 ± 7.07 | 52.00 ± 2.83 | "
+                       "100, 100 |")
     assert compare.trees_table({"en-de.x": {"summary": {}, "trees": {}}}) == []
 
     # trees without labels (Dyn-STGCD's): LAS None in every seed, "n/a" in the table, UAS still averaged
@@ -568,8 +568,8 @@ def check_results_files(root, profile_path, out):
             assert record["test"]["ter"]["score"] == pytest.approx(evaluated["systems"][system]["ter"]["score"])
             assert record["budget"] == profile.budget_record() and record["training"]["updates"] == 4
             assert [p["num_updates"] for p in record["curves"]] == [2, 4]
-            assert record["commands"]["train"].startswith("fairseq-train ") and f"--seed {seed}" in \
-                record["commands"]["train"]
+            assert (record["commands"]["train"].startswith("fairseq-train ") and f"--seed {seed}" in
+                    record["commands"]["train"])
             assert (system == "linearized") == ("trees" in record["test"])
             training = record["training"]  # words/s: arcs and marks of a transition target left out of wps
             assert (training["target_word_share"] < 0.8) == (system == "linearized")
@@ -588,8 +588,8 @@ def check_results_files(root, profile_path, out):
         assert from_files[system]["test"] == summary[system]["test"]
     for seed in (1, 2):  # the paired bootstrap against vanilla of the same seed, as the run's own evaluation
         evaluated = json.loads((out / "results" / "en-de.tiny" / f"seed{seed}" / "results.json").read_text())
-        assert per_seed[seed]["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"] == \
-            evaluated["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"]
+        assert (per_seed[seed]["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"] ==
+                evaluated["bootstrap"]["systems"]["pascal"]["bleu"]["p_value"])
     plan = results_store.RunPlan.of(profile)
     report = results_store.profile_report(root, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(), plots=False,
                                           plan=plan)
@@ -613,12 +613,12 @@ def check_results_files(root, profile_path, out):
     report = results_store.profile_report(broken, "tiny", list(MULTI30K_SYSTEMS), profile.budget_record(),
                                           plots=False, plan=plan)
     assert "Left out (not averaged in)" in report and "| pascal | 1 |" in report
-    assert "- en-de.tiny: no complete record: vanilla 1, pascal 2; challenge sets not translated (seed 1): " \
-           "linearized" in report
+    assert ("- en-de.tiny: no complete record: vanilla 1, pascal 2; challenge sets not translated (seed 1): "
+            "linearized" in report)
     # the challenge records of runs left out, or whose translations are gone, are left out too
     assert "- tiny/en-de.tiny/vanilla/seed1.challenge.json: its run (vanilla/seed1.json) is not in the table" in report
-    assert "- tiny/en-de.tiny/linearized/seed1.challenge.json: its translations seed1.challenge.txt.gz are missing" \
-        in report
+    assert ("- tiny/en-de.tiny/linearized/seed1.challenge.json: its translations seed1.challenge.txt.gz are missing"
+            in report)
     challenge_header = next(line for line in report.splitlines() if line.startswith("| set |"))
     assert challenge_header.endswith("| pascal seed 1 |") and "No marks: vanilla's challenge" in report
     other_budget = dict(profile.budget_record(), max_update=8)
@@ -686,8 +686,8 @@ def check_challenge_files(root, out, report):
     record_path.write_text(json.dumps(record))
     challenges, problems = results_store.load_challenges(other, "tiny", runs)
     assert sorted(challenges["en-de.tiny"]) == ["linearized", "pascal"] and len(problems) == 1
-    assert "vanilla/seed1.challenge.json: made by another training than its run's record (vanilla/seed1.json)" \
-        in problems[0]
+    assert ("vanilla/seed1.challenge.json: made by another training than its run's record (vanilla/seed1.json)"
+            in problems[0])
 
 
 def test_readme_results_tables_are_the_committed_results_files():
@@ -881,8 +881,8 @@ def test_planned_runs_without_a_complete_record_are_listed_as_still_to_run(tmp_p
 def test_seeds_are_written_as_ranges():
     import results_store
 
-    assert [results_store.seeds_text(seeds) for seeds in ([1, 2, 3], [3, 1], [2], [1, 2, 4, 5, 7])] == \
-        ["1-3", "1, 3", "2", "1-2, 4-5, 7"]
+    assert ([results_store.seeds_text(seeds) for seeds in ([1, 2, 3], [3, 1], [2], [1, 2, 4, 5, 7])] ==
+            ["1-3", "1, 3", "2", "1-2, 4-5, 7"])
 
 
 def test_speeds_of_runs_on_different_settings_are_not_averaged(tmp_path):

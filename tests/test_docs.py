@@ -34,10 +34,10 @@ def anchors(path: Path) -> set:
 
 
 def test_the_anchor_rule_on_headings_of_these_documents():
-    assert github_anchor("Structure-aware decoders: BiTran, PARENT, GCN (Choshen & Abend)") == \
-        "structure-aware-decoders-bitran-parent-gcn-choshen--abend"
-    assert github_anchor("The `cpu` profile campaign: 1,600 updates, 3 seeds") == \
-        "the-cpu-profile-campaign-1600-updates-3-seeds"
+    assert (github_anchor("Structure-aware decoders: BiTran, PARENT, GCN (Choshen & Abend)") ==
+            "structure-aware-decoders-bitran-parent-gcn-choshen--abend")
+    assert (github_anchor("The `cpu` profile campaign: 1,600 updates, 3 seeds") ==
+            "the-cpu-profile-campaign-1600-updates-3-seeds")
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)

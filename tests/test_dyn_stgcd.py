@@ -128,8 +128,8 @@ def test_right_padding_changes_no_sentence(parsed_bin):
             src_real = one["src_tokens"].ne(task.source_dictionary.pad())[0]
             one = {k: (v[:, src_real] if k in ("src_tokens", "src_parent_first", "src_word_ids") else v)
                    for k, v in one.items()}
-            one["src_parent_first"] = one["src_parent_first"] - int((~src_real).sum()) \
-                if task.cfg.left_pad_source else one["src_parent_first"]
+            one["src_parent_first"] = (one["src_parent_first"] - int((~src_real).sum())
+                                       if task.cfg.left_pad_source else one["src_parent_first"])
             one = {k: (v[:, :length] if k.startswith("prev") else v) for k, v in one.items()}
             alone, _ = model(**one)
             torch.testing.assert_close(alone[0], batch[b, :length], rtol=1e-4, atol=1e-5)

@@ -457,8 +457,8 @@ def test_parse_trees_fails_on_a_sentence_it_cannot_parse(tmp_path):
 
         def parse_words(self, word_lists, spaces_before=None, batch_size=256):
             for words, spaces in zip(word_lists, spaces_before):
-                yield ParseError("too hard") if "thanks" in words else \
-                    ParsedSentence(list(words), list(spaces), [0] + [1] * (len(words) - 1), ["root"] * len(words))
+                yield (ParseError("too hard") if "thanks" in words else
+                       ParsedSentence(list(words), list(spaces), [0] + [1] * (len(words) - 1), ["root"] * len(words)))
 
     generated = tmp_path / "generated.conllu"
     generated.write_text(GENERATED_TREES, encoding="utf-8")
@@ -506,8 +506,8 @@ def test_challenge_set_reader_on_the_real_files(data_root):
 
     # naming: phenomenon side, domain, minimum / exact distance
     info = infos["en_particle_exactly3"]
-    assert (info.phenomenon, info.phenomenon_lang, info.domain, info.distance, info.exact) == \
-        ("particle", "en", "books", 3, True)
+    assert ((info.phenomenon, info.phenomenon_lang, info.domain, info.distance, info.exact) ==
+            ("particle", "en", "books", 3, True))
     assert (infos["de_reflexive_news"].domain, infos["de_reflexive_news"].distance,
             infos["de_reflexive_news"].exact, infos["de_reflexive_news"].tokenized) == ("news", 1, False, True)
     assert infos["Books_reorder5"].phenomenon == "reorder" and infos["Books_reorder5"].phenomenon_lang is None

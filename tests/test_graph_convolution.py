@@ -245,8 +245,8 @@ def test_each_sentence_is_its_own_graph(left_pad, device):
 
 
 def test_switches_remove_exactly_their_parameters():
-    full, unlabeled, ungated = GraphConvolution(8, NUM_LABELS), GraphConvolution(8, NUM_LABELS, labels=False), \
-        GraphConvolution(8, NUM_LABELS, gates=False)
+    full, unlabeled, ungated = (GraphConvolution(8, NUM_LABELS), GraphConvolution(8, NUM_LABELS, labels=False),
+                                GraphConvolution(8, NUM_LABELS, gates=False))
     rows = 1 + 2 * (NUM_LABELS + 1)  # self, (down, up) x (labels + SUBWORD)
     assert full.bias.shape == (rows, 8) and full.gate_bias.shape == (rows,) and full.gate_weight.shape == (3, 8)
     assert unlabeled.bias.shape == (3, 8) and unlabeled.gate_bias.shape == (3,)  # one per direction

@@ -76,8 +76,8 @@ def naive_pascal(attention, x, mask, parents, pascal_heads, variance, ignored_ro
                     s = float((q[t, sl] @ k[j, sl]).detach()) / math.sqrt(d)  # eq. 1
                     if h < pascal_heads:
                         ignored = ignored_rows is not None and bool(ignored_rows[b, t])
-                        density = 1.0 if ignored else math.exp(-(j - float(parents[b, t])) ** 2 / (2 * variance)) / \
-                            math.sqrt(2 * math.pi * variance)  # eq. 3
+                        density = (1.0 if ignored else math.exp(-(j - float(parents[b, t])) ** 2 / (2 * variance)) /
+                                   math.sqrt(2 * math.pi * variance))  # eq. 3
                         if parent_only:
                             middle = [k for k in range(width) if abs(k - float(parents[b, t])) <= 0.5
                                       and not mask[b, k]]

@@ -102,10 +102,10 @@ def reference_gcn(layer, x, edges, label_of_edge):
 
     for b in range(batch):
         for v in range(width):
-            incoming = [(v, SELF, None)] + [(u, DOWN, lab) for (bb, u, w), lab in label_of_edge.items()
-                                            if bb == b and w == v and (bb, u, w) in edges["down"]] + \
-                       [(w, UP, lab) for (bb, u, w), lab in label_of_edge.items()
-                        if bb == b and u == v and (bb, u, w) in edges["up"]]
+            incoming = ([(v, SELF, None)] + [(u, DOWN, lab) for (bb, u, w), lab in label_of_edge.items()
+                                             if bb == b and w == v and (bb, u, w) in edges["down"]] +
+                        [(w, UP, lab) for (bb, u, w), lab in label_of_edge.items()
+                         if bb == b and u == v and (bb, u, w) in edges["up"]])
             total = torch.zeros(dim, dtype=torch.float64)
             for u, direction, label in incoming:
                 row = bias_row(direction, label)

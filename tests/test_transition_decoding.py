@@ -89,8 +89,8 @@ def test_target_stream_is_the_oracle_and_non_projective_trees_are_dropped(transi
         dropped = {int(line.split("\t")[0]): line.split("\t")[2] for line in drops}
         non_projective = {n for n, tree in enumerate(trees, start=1) if crossing_arcs(tree.heads) is not None}
         assert non_projective, "the sample should hold non-projective trees"
-        assert {n for n, reason in dropped.items() if reason.startswith("non-projective target tree")} == \
-            non_projective
+        assert ({n for n, reason in dropped.items() if reason.startswith("non-projective target tree")} ==
+                non_projective)
         assert set(linemap) == set(range(1, count + 1)) - set(dropped)
         assert summary["target_transitions"]["non_projective"][split] == len(non_projective)
         dictionary, sentences = target_tokens(destdir, split)
@@ -119,8 +119,8 @@ def test_target_stream_is_the_oracle_and_non_projective_trees_are_dropped(transi
             assert rows[:, 0].tolist() == edges.source.tolist() and rows[:, 1].tolist() == edges.target.tolist()
             assert rows[:, 2].tolist() == edges.step.tolist() and rows[:, 3].tolist() == edges.kind.tolist()
             assert [labels[i] for i in getattr(channels[k], EDGE_LABELS_CHANNEL)] == edges.label.tolist()
-        assert (destdir / f"{split}.en.txt").read_text(encoding="utf-8").splitlines() == \
-            [trees[line - 1].text for line in linemap]  # the plain references
+        assert ((destdir / f"{split}.en.txt").read_text(encoding="utf-8").splitlines() ==
+                [trees[line - 1].text for line in linemap])  # the plain references
 
 
 def test_dictionary_and_manifest_list_the_arc_tokens(transition_bin, tmp_path):
@@ -716,5 +716,5 @@ def test_linearized_presets():
         ARCH_CONFIG_REGISTRY[name](args)
         assert (args.encoder_syntax, args.decoder_syntax) == (encoder, "none")
         expected = sizes or dict(layers=6, embed_dim=512, heads=8)
-        assert (args.decoder_layers, args.decoder_embed_dim, args.decoder_attention_heads) == \
-            (expected["layers"], expected["embed_dim"], expected["heads"])
+        assert ((args.decoder_layers, args.decoder_embed_dim, args.decoder_attention_heads) ==
+                (expected["layers"], expected["embed_dim"], expected["heads"]))

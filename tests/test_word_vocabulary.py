@@ -144,8 +144,8 @@ def test_min_count_rule_counts_training_words_only(bins, expected):
     row = linemap.index(valid.index(EXTRA["valid"][0][0]) + 1)
     en = dictionaries["en"]
     assert en.unk() not in (en.index("▁A"), en.index("▁dog"), en.index("."))
-    assert rows(made["separate"], "valid", "en")[row].tolist() == \
-        [en.index("▁A")] + [en.unk()] * 3 + [en.index("▁dog"), en.index("."), en.eos()]
+    assert (rows(made["separate"], "valid", "en")[row].tolist() ==
+            [en.index("▁A")] + [en.unk()] * 3 + [en.index("▁dog"), en.index("."), en.eos()])
     quux = rows(made["separate"], "valid", "en")[linemap.index(valid.index(EXTRA["valid"][1][0]) + 1)].tolist()
     assert quux[1] == dictionaries["en"].index("▁quuxish") != dictionaries["en"].unk()
     # the report: sizes and <unk> rates, against the counts made here
@@ -194,8 +194,8 @@ def test_token_ids_decode_back_to_the_text(bins, expected):
             assert segmenter.decode(dictionary.string(row).split(" ")) == re.sub(r"\s+", " ", text)
             assert decode(tokens) == re.sub(r"\s+", " ", text)
         assert sum(re.search(r"\s\s", text) is not None for text in texts) <= 1
-    assert json.loads((destdir / "preprocess.json").read_text())["vocabulary"]["unk_rate"]["train"] == \
-        {"en": 0.0, "de": 0.0}
+    assert (json.loads((destdir / "preprocess.json").read_text())["vocabulary"]["unk_rate"]["train"] ==
+            {"en": 0.0, "de": 0.0})
 
 
 def test_channels_are_one_entry_per_token(bins, expected):
@@ -353,8 +353,8 @@ def test_generate_evaluate_and_interactive(trained, bins, tmp_path):
     for i in tokens:
         assert got[i][1] == tokens[i][1], i
         assert got[i][0] == pytest.approx(tokens[i][0], abs=1e-4), i
-    assert {i: text for i, (_, text) in hypotheses(interactive, "D").items()} == \
-        {i: text for i, (_, text) in texts.items()}
+    assert ({i: text for i, (_, text) in hypotheses(interactive, "D").items()} ==
+            {i: text for i, (_, text) in texts.items()})
 
 
 def test_shared_embeddings_need_the_joint_dictionary(bins, tmp_path):

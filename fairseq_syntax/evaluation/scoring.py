@@ -58,8 +58,8 @@ def markdown_report(results: Dict[str, object], title: str = "Evaluation") -> st
             header += ["p (BLEU)", "p (chrF++)", "p (TER)"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, scores in systems.items():
-        row = [f"{name} (baseline)" if name == baseline else name] + \
-              [fmt(scores[k]["score"]) if k in scores else "?" for k in ("bleu", "chrf++", "ter", "ribes", "bleu-1")]
+        row = ([f"{name} (baseline)" if name == baseline else name] +
+               [fmt(scores[k]["score"]) if k in scores else "?" for k in ("bleu", "chrf++", "ter", "ribes", "bleu-1")])
         if bootstrap:
             entry = bootstrap["systems"][name]
             row += [f"{fmt(entry[k]['mean'])} ± {fmt(entry[k]['ci'])}" for k in METRIC_KEYS]

@@ -152,8 +152,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
 
         kept = self.get_incremental_state(incremental_state, "transition_scan")
         generated = prev_output_tokens.size(1) - 1
-        if kept is not None and kept["word"].size(1) == generated - 1 and \
-                kept["word"].size(0) == prev_output_tokens.size(0):
+        if (kept is not None and kept["word"].size(1) == generated - 1 and
+                kept["word"].size(0) == prev_output_tokens.size(0)):
             self.transitions.to(prev_output_tokens.device)
             scan = TransitionScan(**kept).extend(prev_output_tokens[:, -1:], self.transitions.token_class,
                                                  self.transitions.label_of)
@@ -232,8 +232,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase):
         x = self.decoder_input(prev_output_tokens, incremental_state, syntax)
         # fairseq's TransformerDecoderBase.extract_features_scriptable, with syntax passed to every layer
         query_tokens = prev_output_tokens[:, -1:] if incremental_state is not None else prev_output_tokens
-        self_attn_padding_mask = query_tokens.eq(self.padding_idx) if query_tokens.eq(self.padding_idx).any() \
-            else None
+        self_attn_padding_mask = (query_tokens.eq(self.padding_idx) if query_tokens.eq(self.padding_idx).any()
+                                  else None)
         self_attn_mask = (self.buffered_future_mask(x)
                           if incremental_state is None and not full_context_alignment else None)
         return self.run_layers(x, encoder_out, incremental_state, self_attn_mask, self_attn_padding_mask, syntax,

@@ -79,8 +79,8 @@ class SyntaxTranslationTask(TranslationTask):
         self.transition_classes = None
         self._trees: Dict[Tuple[int, int], str] = {}
         self._nbest = 1
-        if self.manifest is not None and self.manifest.target_transitions and \
-                cfg.target_lang == self.manifest.target_lang:
+        if (self.manifest is not None and self.manifest.target_transitions and
+                cfg.target_lang == self.manifest.target_lang):
             from ..data.transition_channels import target_token_classes, word_rule
 
             self.word_rule = word_rule(self.manifest.word_level)
