@@ -26,6 +26,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from ..models.decoders import PREDICTED
+
 PREFIX = "aux_"  # logging-output keys of auxiliary losses
 
 
@@ -104,10 +106,10 @@ class SyntaxLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterio
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         extra = net_output[1] if isinstance(net_output[1], dict) else {}
         ntokens = sample["ntokens"]
-        if extra.get("predicted") is not None:
+        if extra.get(PREDICTED) is not None:
             # a decoder that predicts only some positions (BiTran's sampled prefixes; the model's get_targets pads
             # the others): the loss is per predicted token, and fairseq's wps counts those
-            ntokens = int(extra["predicted"].sum())
+            ntokens = int(extra[PREDICTED].sum())
         sample_size = sample["target"].size(0) if self.sentence_avg else ntokens
         logging_output = {
             "loss": loss.data,

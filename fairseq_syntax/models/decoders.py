@@ -36,6 +36,10 @@ from ..modules.mechanisms import DECODER_CONTEXT
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
 DECODERS: Dict[str, type] = {}  # name -> decoder class, built as cls(cfg, dictionary, embed_tokens, no_encoder_attn=)
+# keys a decoder may add to its forward's `extra`, beside fairseq's "attn" and "inner_states"
+PREDICTED = "predicted"  # (B, T) bool: the positions a decoder predicting only some of them output (sampled prefixes)
+PACKED = "packed"  # True: the output holds those positions only, packed as (1, N, V)
+ADJACENCY = "adjacency"  # Dyn-STGCD: the graph of each step, where the heads of --trees-out are read
 
 
 def register_decoder(name: str):
@@ -487,12 +491,12 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             features = features.index_put((rows[row_index], column), x[row_index, column - query_start])
         if features is None:
             features = prev_output_tokens.new_zeros(batch, width, self.output_embed_dim, dtype=torch.float)
-        extra = {"attn": [None], "inner_states": [features.transpose(0, 1)], "predicted": chosen}
+        extra = {"attn": [None], "inner_states": [features.transpose(0, 1)], PREDICTED: chosen}
         if self.predicts_some_positions and self.training:
             # only the sampled positions are predicted: packed as (1, N, C) in the order of chosen.nonzero(), so the
             # output projection and the loss run on those N alone (the model's get_targets packs the targets alike)
             features = features[chosen].unsqueeze(0)
-            extra["packed"] = True
+            extra[PACKED] = True
         if auxiliary_losses:
             extra["auxiliary_losses"] = auxiliary_losses
         return features, extra

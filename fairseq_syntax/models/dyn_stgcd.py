@@ -51,7 +51,7 @@ from ..modules.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
 from ..modules.target_graph import (
     gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, predicted_tree,
 )
-from .decoders import register_decoder
+from .decoders import ADJACENCY, register_decoder
 
 GRAPH_LOSS = "target_graph"
 GRAPH_LOSSES = ("head_ce", "smooth_l1")
@@ -389,7 +389,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         x = torch.stack(outputs, dim=1)
         if self.graph_to_output is not None:
             x = self.graph_to_output(x)
-        extra = {"attn": [None], "inner_states": [x.transpose(0, 1)], "adjacency": final}
+        extra = {"attn": [None], "inner_states": [x.transpose(0, 1)], ADJACENCY: final}
         if self.predicts_graph:
             extra["head_scores"] = final_heads
         if losses:
@@ -413,7 +413,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder):
         x = out.unsqueeze(1)
         if self.graph_to_output is not None:
             x = self.graph_to_output(x)
-        return x, {"attn": [None], "inner_states": [x.transpose(0, 1)], "adjacency": adjacency}
+        return x, {"attn": [None], "inner_states": [x.transpose(0, 1)], ADJACENCY: adjacency}
 
     def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor],
                          tree: bool = True) -> List[Tuple[List[List[str]], List[int]]]:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
 from ..modules.graph_convolution import upgrade_option_names
-from .decoders import DECODERS, SYNTAX_PREFIX, split_layer_output, wrap_layer
+from .decoders import DECODERS, PACKED, PREDICTED, SYNTAX_PREFIX, split_layer_output, wrap_layer
 
 
 def _select_features(wanted, given: Dict[str, Tensor], where: str) -> Dict[str, Tensor]:
@@ -215,11 +215,11 @@ class SyntaxTransformerModel(TransformerModel):
         output where it packs them, else with padding at the others."""
         target = sample["target"]
         extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
-        predicted = extra.get("predicted")
+        predicted = extra.get(PREDICTED)
         if predicted is None:
             return target
         predicted = predicted[:, :target.size(1)]
-        if extra.get("packed"):
+        if extra.get(PACKED):
             return target[predicted].unsqueeze(0)
         return target.masked_fill(~predicted, self.decoder.padding_idx)
 
