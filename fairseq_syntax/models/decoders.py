@@ -21,7 +21,8 @@ function, and the policy that says which edges each column may use ("causal" for
 for BiTran's re-encoded views, "block" for BiTran re-encoding every B columns). The same mechanism code runs in
 both decoders.
 """
-from typing import Dict, List, Optional
+from types import MappingProxyType
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from fairseq.distributed import fsdp_wrap
@@ -40,6 +41,55 @@ DECODERS: Dict[str, type] = {}  # name -> decoder class, built as cls(cfg, dicti
 PREDICTED = "predicted"  # (B, T) bool: the positions a decoder predicting only some of them output (sampled prefixes)
 PACKED = "packed"  # True: the output holds those positions only, packed as (1, N, V)
 ADJACENCY = "adjacency"  # Dyn-STGCD: the graph of each step, where the heads of --trees-out are read
+
+
+class SyntaxDecoder:
+    """The decoder contract: every attribute the model, the task and its generator may read of a decoder, with its
+    default. A decoder of DECODERS derives from it (beside its fairseq base) and overrides what it has; fairseq's
+    own decoder, which the model keeps for a plain vanilla row, is read through `contract_of`, so no caller asks a
+    decoder whether it has an attribute."""
+
+    # the model hands it the batch's features as keyword arguments of its forward (fairseq's own decoder takes none)
+    takes_batch_features: bool = False
+    # batch features it needs: a data-bin without their channels is refused
+    syntax_features: Tuple[str, ...] = ()
+    # batch features it uses where the data-bin has them (training losses)
+    optional_syntax_features: Tuple[str, ...] = ()
+    # source features the encoder passes on in its output, so that they reach the decoder in beam search too
+    source_features: Tuple[str, ...] = ()
+    # {auxiliary loss: weight} of the losses its forward returns in extra["auxiliary_losses"]
+    auxiliary_loss_weights: Mapping[str, float] = MappingProxyType({})
+    @property
+    def token_constraint(self) -> Optional[torch.nn.Module]:
+        """A module giving the tokens forbidden at the next step of generation, applied by the task's generator, or
+        None. A submodule of the decoder (nn.Module keeps it in _modules: a plain class attribute would hide it)."""
+        return vars(self).get("_modules", {}).get("token_constraint")
+
+    @token_constraint.setter
+    def token_constraint(self, module: Optional[torch.nn.Module]):
+        # reached for None only: nn.Module.__setattr__ registers a module value itself
+        self._modules["token_constraint"] = module
+    # it outputs some target positions only (extra[PREDICTED], packed where extra[PACKED]); the loss counts those
+    predicts_some_positions: bool = False
+    # it generates a graph with the translation, whose trees --trees-out writes (hypothesis_trees)
+    predicts_graph: bool = False
+
+    @staticmethod
+    def add_decoder_args(parser) -> None:
+        """Its own command-line options, added to the syntax transformer's (none by default)."""
+
+    def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor], tree: bool = True) -> List[List[int]]:
+        """The heads of each hypothesis's words, from the graph generated with it (a decoder that predicts_graph)."""
+        raise NotImplementedError(f"{type(self).__name__} generates no graph (predicts_graph is False)")
+
+
+FAIRSEQ_DECODER = SyntaxDecoder()  # what fairseq's own decoder has of the contract: every default
+
+
+def contract_of(decoder) -> SyntaxDecoder:
+    """The contract attributes of a model's decoder: the decoder itself, or the defaults for fairseq's own (or
+    for a model without a decoder)."""
+    return decoder if isinstance(decoder, SyntaxDecoder) else FAIRSEQ_DECODER
 
 
 def register_decoder(name: str):
@@ -86,7 +136,7 @@ def select_encoder_out(encoder_out: Optional[Dict[str, List[Tensor]]], rows: Ten
 
 
 @register_decoder("transformer")
-class SyntaxTransformerDecoder(TransformerDecoderBase):
+class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
     """fairseq's causal Transformer decoder whose layers carry the decoder syntax mechanisms, with an optional
     mechanism on the decoder's input vectors, and the mechanisms' token constraint (if any): a module that gives
     the tokens forbidden at the next step of generation, kept as `token_constraint` and applied by the task's

@@ -51,7 +51,7 @@ from ..modules.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
 from ..modules.target_graph import (
     gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, predicted_tree,
 )
-from .decoders import ADJACENCY, register_decoder
+from .decoders import ADJACENCY, SyntaxDecoder, register_decoder
 
 GRAPH_LOSS = "target_graph"
 GRAPH_LOSSES = ("head_ce", "smooth_l1")
@@ -91,9 +91,8 @@ def select_rows(context: Dict[str, Tensor], rows: Tensor) -> Dict[str, Tensor]:
 
 
 @register_decoder("dyn_stgcd")
-class DynStgcdDecoder(FairseqIncrementalDecoder):
+class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
     takes_batch_features = True
-    token_constraint = None
 
     @staticmethod
     def add_decoder_args(parser):

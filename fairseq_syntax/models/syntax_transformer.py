@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
 from ..modules.graph_convolution import upgrade_option_names
-from .decoders import DECODERS, PACKED, PREDICTED, SYNTAX_PREFIX, split_layer_output, wrap_layer
+from .decoders import DECODERS, PACKED, PREDICTED, SYNTAX_PREFIX, contract_of, split_layer_output, wrap_layer
 
 
 def _select_features(wanted, given: Dict[str, Tensor], where: str) -> Dict[str, Tensor]:
@@ -131,8 +131,7 @@ class SyntaxTransformerModel(TransformerModel):
         for mechanism in {**ENCODER_MECHANISMS, **DECODER_MECHANISMS}.values():
             mechanism.add_args(parser)
         for decoder in DECODERS.values():
-            if hasattr(decoder, "add_decoder_args"):
-                decoder.add_decoder_args(parser)
+            decoder.add_decoder_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -163,7 +162,7 @@ class SyntaxTransformerModel(TransformerModel):
             if lang in label_dicts and getattr(args, f"{side}_label_count", None) is None:
                 setattr(args, f"{side}_label_count", len(label_dicts[lang]))
         model = super().build_model(args, task)
-        model.encoder.passed_on_features = tuple(getattr(model.decoder, "source_features", ()))
+        model.encoder.passed_on_features = tuple(contract_of(model.decoder).source_features)
         return model
 
     @classmethod
@@ -182,25 +181,25 @@ class SyntaxTransformerModel(TransformerModel):
     @property
     def syntax_features(self):
         """Batch features the model needs (a data-bin without their channels is refused)."""
-        return set(self.encoder.syntax_features) | set(getattr(self.decoder, "syntax_features", ()))
+        return set(self.encoder.syntax_features) | set(contract_of(self.decoder).syntax_features)
 
     @property
     def optional_syntax_features(self):
         """Batch features the model uses when the data-bin has their channels (training losses)."""
-        return set(self.encoder.optional_syntax_features) | set(getattr(self.decoder, "optional_syntax_features", ()))
+        return set(self.encoder.optional_syntax_features) | set(contract_of(self.decoder).optional_syntax_features)
 
     @property
     def auxiliary_loss_weights(self) -> Dict[str, float]:
         """{auxiliary loss: its weight}: what the encoder and the decoder each declare (the criterion's weights)."""
         return {**getattr(self.encoder, "auxiliary_loss_weights", {}),
-                **getattr(self.decoder, "auxiliary_loss_weights", {})}
+                **contract_of(self.decoder).auxiliary_loss_weights}
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
                 alignment_heads: Optional[int] = None, **features):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
                                    **features)
-        decoder_features = features if getattr(self.decoder, "takes_batch_features", False) else {}
+        decoder_features = features if contract_of(self.decoder).takes_batch_features else {}
         x, extra = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                                 alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                                 src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **decoder_features)

@@ -30,6 +30,8 @@ from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
 from ..data.transition_function import TransitionScan
 from ..data.transition_tokens import EOS, WORD_CONTINUE
+from ..models.decoders import contract_of
+
 
 SCAN_KEY = "transition_scan"  # the ensemble's entry in the first model's incremental state
 
@@ -109,8 +111,9 @@ class ConstrainedEnsemble(EnsembleModel):
         super().__init__(models)
         self.token_class = token_class
         self.continuations = token_class is not None and has_continuations(token_class)
-        self.model_constraints = [(index, model.decoder.token_constraint) for index, model in enumerate(models)
-                                  if getattr(getattr(model, "decoder", None), "token_constraint", None) is not None]
+        self.model_constraints = [(index, contract_of(model.decoder).token_constraint)
+                                  for index, model in enumerate(models)
+                                  if contract_of(getattr(model, "decoder", None)).token_constraint is not None]
         # the generator's length options, fixed; each batch's window comes from its source length in forward_decoder
         self.window = window or LengthWindow()
 

@@ -23,6 +23,7 @@ from ..data.features import FEATURES, collate_features
 from ..data.sentencepiece_codec import WordAlignedEncoder
 from ..data.syntax_channels import SyntaxChannels
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
+from ..models.decoders import contract_of
 from .raw_text import EncodedSource, InferenceDataset, RawTextEncoder
 
 logger = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ class SyntaxTranslationTask(TranslationTask):
                 self.net_input_features.add(name)
         self.auxiliary_losses = tuple(getattr(model, "auxiliary_loss_weights", {}))
         # a decoder that predicts only some target positions per update (BiTran's sampled prefixes)
-        self.partial_targets = bool(getattr(getattr(model, "decoder", None), "predicts_some_positions", False))
+        self.partial_targets = contract_of(getattr(model, "decoder", None)).predicts_some_positions
         if self.cfg.eval_bleu and self.cfg.eval_bleu_detok == "space" and self.cfg.eval_bleu_remove_bpe is None:
             # --eval-bleu scores decoded text, as fairseq-generate's D- lines and the evaluator do (fairseq's own
             # --eval-bleu-remove-bpe sentencepiece would leave byte pieces and tags undecoded)
@@ -287,7 +288,7 @@ class SyntaxTranslationTask(TranslationTask):
     @staticmethod
     def _graph_model(models):
         """The first model whose decoder generates a graph with its translation (Dyn-STGCD), or None."""
-        return next((m for m in models if getattr(getattr(m, "decoder", None), "predicts_graph", False)), None)
+        return next((m for m in models if contract_of(getattr(m, "decoder", None)).predicts_graph), None)
 
     def _add_graph_trees(self, model, sample, ids: List[int], hypos) -> None:
         """The trees of a graph-generating decoder's hypotheses (the --nbest best of each sentence): each one
@@ -344,7 +345,8 @@ class SyntaxTranslationTask(TranslationTask):
             raise ValueError(f"--trees-out: the target side of {self.cfg.data} has no transitions (make the data-bin "
                              f"with fairseq-syntax-preprocess --target-parser SPEC --target-transitions), and the "
                              f"model's decoder generates no graph of its own (--decoder-type dyn_stgcd does)")
-        constrained_models = [m for m in models if getattr(getattr(m, "decoder", None), "token_constraint", None)]
+        constrained_models = [m for m in models
+                              if contract_of(getattr(m, "decoder", None)).token_constraint is not None]
         if (self.transition_classes is None and not constrained_models) or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs,
