@@ -417,10 +417,10 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
                      by_seed[seed].record["training"].get("speed_estimate", EARLIER_SPEED_ESTIMATE))
                     for seed in entry["seeds"]}
         kept_text = ", ".join(number_text(t.get("kept_update")) for t in training)
+        parameters_text = " / ".join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))
         if compact:
-            rows.append(f"| {system} | {len(entry['seeds'])} | "
-                        f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
-                        f"{mean_sd_text(entry['bleu'])} | {test} | {machine_cell} | {kept_text} |")
+            rows.append(f"| {system} | {len(entry['seeds'])} | {parameters_text} | {mean_sd_text(entry['bleu'])} | "
+                        f"{test} | {machine_cell} | {kept_text} |")
             continue
         if not speeds:
             speed_text = "?"
@@ -428,8 +428,7 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
             speed_text = number_text(mean(speeds))
         else:
             speed_text = "per seed: " + ", ".join(number_text(speed) for speed in speeds)
-        rows.append(f"| {system} | {len(entry['seeds'])} | "
-                    f"{' / '.join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))} | "
+        rows.append(f"| {system} | {len(entry['seeds'])} | {parameters_text} | "
                     f"{mean_sd_text(entry['bleu'])} | {test} | {', '.join(runs)} | {machine_cell} | "
                     f"{mean_sd_text(entry['chrf++'])} | "
                     f"{mean_sd_text(entry['ter'])} | {mean_sd_text(entry['ribes'])} | "
