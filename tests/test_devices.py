@@ -206,10 +206,11 @@ def test_on_moves_the_tensors_of_a_dataclass():
     """`on` moves a dataclass's tensors too: the GCN decoder's equation test hands its module a DecoderContext, which
     `on` once returned as it was, so the CUDA run got CPU indices (found on an H100, 2026-11-26)."""
     context = DecoderContext(torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3, 3), -1),
-                             torch.full((2, 3, 3), -1), "prefix", True)
+                             torch.full((2, 3, 3), -1), "block", torch.tensor([1, 2]))
     moved = on(torch.device("meta"), context)
-    assert all(t.device.type == "meta" for t in (moved.tokens, moved.edge_columns, moved.edge_labels))
-    assert (moved.policy, moved.reencoded) == ("prefix", True) and context.tokens.device.type == "cpu"
+    assert all(t.device.type == "meta" for t in (moved.tokens, moved.edge_columns, moved.edge_labels,
+                                                 moved.reencoded_until))
+    assert moved.policy == "block" and context.tokens.device.type == "cpu"
 
 
 @pytest.mark.parametrize("train", [False, True])

@@ -18,7 +18,7 @@ from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import Syntax
 from fairseq_syntax.data.transition_state import is_valid_sequence, transition_edges
 from fairseq_syntax.data.transition_tokens import is_arc
 from fairseq_syntax.models.decoders import select_encoder_out
-from fairseq_syntax.modules.decoder_context import DecoderContext, TargetTransitions
+from fairseq_syntax.modules.decoder_context import PrefixScanner, TargetTransitions
 from fairseq_syntax.modules.graph_convolution import DOWN, SELF, UP
 from fairseq_syntax.modules.graph_decoder import DecoderGraphConvolution
 from fairseq_syntax.modules.mechanisms import DECODER_CONTEXT
@@ -39,8 +39,29 @@ def paper_context(policy, tokens=PAPER_TOKENS, until=None):
     transitions = TargetTransitions(SYMBOLS)
     prev = torch.tensor([[2] + [SYMBOLS.index(t) for t in tokens]])  # BOS (= EOS in fairseq) first
     reencoded_until = torch.tensor([until]) if policy == "block" else None
-    return DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy != "causal",
-                                    reencoded_until=reencoded_until), transitions
+    return PrefixScanner(transitions).context(prev, policy, reencoded_until=reencoded_until), transitions
+
+
+def test_prefix_scanner_kept_extended_and_reordered_is_the_scan_of_the_whole_prefix():
+    """Beam search's use of the scanner: step by step, extended by the newest column, rows reordered and repeated
+    between steps (as reorder_incremental_state does), asked twice in a step (the decoder, then the masks): at every
+    step every field equals the scan of the whole prefix made at once."""
+    from fairseq_syntax.data.transition_function import TransitionScan
+
+    torch.manual_seed(0)
+    transitions = TargetTransitions(SYMBOLS)
+    scanner, state = PrefixScanner(transitions), {}
+    rows = torch.cat([torch.full((5, 1), 2), torch.randint(4, len(SYMBOLS), (5, 12))], dim=1)
+    for step in range(1, rows.size(1) + 1):
+        if step in (4, 8):
+            order = torch.tensor([2, 2, 0, 4, 1])
+            PrefixScanner.reorder(state, order)
+            rows = rows.index_select(0, order)
+        scan = scanner.scan(rows[:, :step], state)
+        assert scanner.scan(rows[:, :step], state) is scan
+        whole = TransitionScan.of(rows[:, 1:step], transitions.token_class, transitions.label_of)
+        for name in TransitionScan.__dataclass_fields__:
+            assert torch.equal(getattr(scan, name), getattr(whole, name)), (step, name)
 
 
 # ---- PARENT: masks by hand ------------------------------------------------------------------------------------
@@ -132,8 +153,8 @@ def test_gcn_decoder_matches_the_equations(policy, labels, gates, device):
     width = len(rows[0])
     prev = torch.tensor([row + [1] * (width - len(row)) for row in rows])
     until = 5
-    context = DecoderContext.from_scan(prev, transitions.scan(prev), policy, reencoded=policy != "causal",
-                                       reencoded_until=torch.tensor([until, until]) if policy == "block" else None)
+    context = PrefixScanner(transitions).context(
+        prev, policy, reencoded_until=torch.tensor([until, until]) if policy == "block" else None)
     args = type("Args", (), {"decoder_transition_labels": transitions.num_labels, "no_decoder_gcn_labels": not labels,
                              "no_decoder_gcn_gates": not gates, "decoder_gcn_layers": 2,
                              "decoder_gcn_edge_dropout": 0.0})()
@@ -353,6 +374,49 @@ def test_beam_search_scores_are_the_training_forwards(transition_bin, every):  #
     assert checked == 12
 
 
+@pytest.mark.parametrize("options", [
+    ["--arch", "transformer_parent_tiny"],
+    ["--arch", "transformer_linearized_tiny", "--decoder-syntax", "parent,gcn"],
+    ["--arch", "transformer_linearized_tiny"],
+], ids=["bitran+parent", "causal+parent,gcn", "linearized"])
+def test_beam_search_scans_the_prefix_once_per_step(transition_bin, options, monkeypatch):  # noqa: F811
+    """The prefix graph has one owner (PrefixScanner): in beam search the decoder's mechanisms and the generator's
+    validity masks read one scan kept in the incremental state, made from the prefix once per batch (BOS only) and
+    then extended by the newest column once per step, reordered with the beam; a model whose decoder keeps none
+    (Linearized) has the generator keep it the same way. (The decoder and the generator each kept their own
+    once, two extensions per step.)"""
+    from fairseq_syntax.data.transition_function import TransitionScan
+    from fairseq_syntax.tasks.constrained_generation import ConstrainedEnsemble
+    from .test_transition_decoding import build
+
+    _, destdir, _ = transition_bin
+    task, model, cfg = build(destdir, *options, "--dropout", "0", "--beam", "4", "--nbest", "2", "--max-len-a",
+                             "1.2", "--max-len-b", "10")
+    generator = task.build_generator([model], cfg.generation)
+    counts = {"steps": 0, "made": 0, "extended": 0}
+    of, extend, forward_decoder = TransitionScan.of.__func__, TransitionScan.extend, ConstrainedEnsemble.forward_decoder
+
+    def counting_of(cls, token_ids, *args, **kwargs):
+        counts["made"] += token_ids.size(1) == 0  # a prefix scan made from BOS (whole hypotheses are checked too)
+        return of(cls, token_ids, *args, **kwargs)
+
+    def counting_extend(self, token_ids, *args, **kwargs):
+        counts["extended"] += token_ids.size(1) == 1
+        return extend(self, token_ids, *args, **kwargs)
+
+    def counting_forward_decoder(self, *args, **kwargs):
+        counts["steps"] += 1
+        return forward_decoder(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransitionScan, "of", classmethod(counting_of))
+    monkeypatch.setattr(TransitionScan, "extend", counting_extend)
+    monkeypatch.setattr(ConstrainedEnsemble, "forward_decoder", counting_forward_decoder)
+    with torch.no_grad():
+        hypotheses = task.inference_step(generator, [model], first_batch(task, size=3))
+    assert len(hypotheses) == 3 and counts["steps"] > 5
+    assert counts == {"steps": counts["steps"], "made": 1, "extended": counts["steps"] - 1}
+
+
 @pytest.mark.parametrize("options,message", [
     (["--reencode-every", "0"], "must be >= 1"),
     (["--reencode-every", "2", "--bitran-prefixes", "3"], "does not combine"),
@@ -412,7 +476,7 @@ def test_train_generate_and_trees_through_the_cli(transition_bin, tmp_path, arch
         tokens = hypothesis[2].split()
         assert is_valid_sequence(tokens), tokens
         ids = torch.tensor([[2] + [dictionary.index(t) for t in tokens]])
-        scan = transitions.scan(ids)
+        scan = PrefixScanner(transitions).scan(ids)
         heads = [0] * int(scan.num_words[0])
         for head, dependent in zip(scan.head[0].tolist(), scan.dependent[0].tolist()):
             if head >= 0:

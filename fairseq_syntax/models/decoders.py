@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ..data.features import FEATURES
 from ..modules import MechanismChoices, SyntaxDecoderLayer
-from ..modules.decoder_context import DecoderContext, TargetTransitions
+from ..modules.decoder_context import DecoderContext, PrefixScanner, TargetTransitions
 from ..modules.mechanisms import DECODER_CONTEXT
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
@@ -73,6 +73,9 @@ class SyntaxDecoder:
     predicts_some_positions: bool = False
     # it generates a graph with the translation, whose trees --trees-out writes (hypothesis_trees)
     predicts_graph: bool = False
+    # the owner of the prefix's transition scan, which it keeps (and reorders) in its incremental state; the
+    # constrained generator's validity masks read the same entry (None: it keeps no scan)
+    prefix_scanner: Optional[PrefixScanner] = None
 
     @staticmethod
     def add_decoder_args(parser) -> None:
@@ -142,16 +145,19 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
     the tokens forbidden at the next step of generation, kept as `token_constraint` and applied by the task's
     generator with every other constraint (tasks/constrained_generation.py)."""
 
-    policy = "causal"
     takes_batch_features = True  # the model hands it the batch's features (fairseq's own decoder takes none)
 
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.syntax_choice = MechanismChoices.from_args(cfg, "decoder", cfg.decoder.layers)
         mechanisms = self.syntax_choice.mechanisms
-        self.transitions = None
         if any(m.needs_target_transitions for m in mechanisms):
-            self.transitions = TargetTransitions(dictionary.symbols, bool(getattr(cfg, "target_word_level", False)))
-            cfg.decoder_transition_labels = self.transitions.num_labels  # read by the mechanisms' constructors
+            transitions = TargetTransitions(dictionary.symbols, bool(getattr(cfg, "target_word_level", False)))
+            if transitions.num_labels == 0:
+                raise ValueError("the target dictionary has no arc tokens (LEFT-ARC:l / RIGHT-ARC:l): decoder syntax "
+                                 "mechanisms need a data-bin made with fairseq-syntax-preprocess "
+                                 "--target-transitions")
+            self.prefix_scanner = PrefixScanner(transitions)
+            cfg.decoder_transition_labels = transitions.num_labels  # read by the mechanisms' constructors
         self._layers_built = 0
         self.layer_loss_names: List[tuple] = []
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
@@ -197,37 +203,16 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
                              f"model with the syntax_transformer family)")
         return syntax
 
-    def prefix_scan(self, prev_output_tokens: Tensor, incremental_state):
-        """The transition function of every row's generated tokens; in beam search kept in the incremental state
-        and extended by the newest column (made again from the prefix when what is kept does not fit it)."""
-        if incremental_state is None:
-            return self.transitions.scan(prev_output_tokens)
-        from ..data.transition_function import TransitionScan
-
-        kept = self.get_incremental_state(incremental_state, "transition_scan")
-        generated = prev_output_tokens.size(1) - 1
-        if (kept is not None and kept["word"].size(1) == generated - 1 and
-                kept["word"].size(0) == prev_output_tokens.size(0)):
-            self.transitions.to(prev_output_tokens.device)
-            scan = TransitionScan(**kept).extend(prev_output_tokens[:, -1:], self.transitions.token_class,
-                                                 self.transitions.label_of)
-        else:
-            scan = self.transitions.scan(prev_output_tokens)
-        self.set_incremental_state(incremental_state, "transition_scan", dict(scan.__dict__))
-        return scan
-
     def reorder_incremental_state(self, incremental_state, new_order):
         super().reorder_incremental_state(incremental_state, new_order)
-        kept = self.get_incremental_state(incremental_state, "transition_scan")
-        if kept is not None:
-            self.set_incremental_state(incremental_state, "transition_scan",
-                                       {name: value.index_select(0, new_order) for name, value in kept.items()})
+        if self.prefix_scanner is not None:
+            PrefixScanner.reorder(incremental_state, new_order)
 
     def decoder_context(self, prev_output_tokens: Tensor, incremental_state) -> Optional[DecoderContext]:
-        if self.transitions is None:
+        """The causal decoder's context: every column computed once, at its own step."""
+        if self.prefix_scanner is None:
             return None
-        scan = self.prefix_scan(prev_output_tokens, incremental_state)
-        return DecoderContext.from_scan(prev_output_tokens, scan, self.policy, reencoded=False)
+        return self.prefix_scanner.context(prev_output_tokens, "causal", incremental_state)
 
     # ---- forward --------------------------------------------------------------------------------------------------
 
@@ -361,8 +346,6 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     not the paper's); only their positions are output, packed (extra["predicted"] says which; the model's
     get_targets packs the targets alike)."""
 
-    policy = "prefix"
-
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
@@ -389,10 +372,9 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         syntax = dict(syntax or {})
         if incremental_state is not None:
             return self.generation_step(prev_output_tokens, encoder_out, syntax, incremental_state)
-        context = None
-        if self.transitions is not None:
-            scan = self.transitions.scan(prev_output_tokens)
-            context = DecoderContext.from_scan(prev_output_tokens, scan, "prefix", reencoded=True)
+        # the whole target's graph, which each view cuts to its prefix (DecoderContext.view)
+        context = (self.prefix_scanner.context(prev_output_tokens, "prefix") if self.prefix_scanner is not None
+                   else None)
         return self.run_all_views(prev_output_tokens, encoder_out, syntax, context)
 
     # ---- generation -----------------------------------------------------------------------------------------------
@@ -404,11 +386,10 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         step and keeps no cache."""
         column = prev_output_tokens.size(1) - 1
         start = self.block_start(column)
-        if self.transitions is not None:
-            scan = self.prefix_scan(prev_output_tokens, incremental_state)
+        if self.prefix_scanner is not None:
             until = prev_output_tokens.new_full((prev_output_tokens.size(0),), start)
-            syntax[DECODER_CONTEXT] = DecoderContext.from_scan(prev_output_tokens, scan, "block", reencoded=True,
-                                                               reencoded_until=until)
+            syntax[DECODER_CONTEXT] = self.prefix_scanner.context(prev_output_tokens, "block", incremental_state,
+                                                                  reencoded_until=until)
         padding = prev_output_tokens.eq(self.padding_idx)
         if column == start:  # re-encode the prefix (B = 1: at every step, nothing cached)
             cache = incremental_state if self.reencode_every > 1 else None
@@ -513,10 +494,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             view_syntax = {name: value.index_select(0, rows)[:, :wide] if name in column_aligned
                            else value.index_select(0, rows) for name, value in per_sentence.items()}
             if context is not None:
-                view_syntax[DECODER_CONTEXT] = DecoderContext(
-                    tokens, context.edge_columns.index_select(0, rows)[:, :wide, :wide],
-                    context.edge_labels.index_select(0, rows)[:, :wide, :wide], "block", reencoded=True,
-                    reencoded_until=until)
+                view_syntax[DECODER_CONTEXT] = context.view(rows, tokens, until)
             padding = tokens.eq(self.padding_idx)
             padding = padding if bool(padding.any()) else None
             x = embedded[:wide].index_select(1, rows)

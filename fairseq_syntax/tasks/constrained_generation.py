@@ -6,9 +6,11 @@ target tokens are transition sequences (`--target-transitions`); also the token 
 
 The hook is the EnsembleModel's forward_decoder, which receives every hypothesis's whole prefix (BOS + the tokens
 so far, rows already in the beam's current order). The state of every row is the batched transition function's
-(data/transition_function.py), kept in the ensemble's incremental state: each step extends it by the newest
-column, and reorder_incremental_state reorders it with the beam (and drops finished sentences with it); when what
-is kept does not fit the prefix (a new batch, a forced prefix), it is made again from the whole prefix. The mask
+(data/transition_function.py), kept by the prefix scanner (modules/decoder_context.py) in the first model's
+incremental state: each step extends it by the newest column, and it is reordered with the beam (and drops finished
+sentences with it); when what is kept does not fit the prefix (a new batch, a forced prefix), it is made again from
+the whole prefix. A decoder that reads the prefix graph (PARENT, the decoder GCN) keeps that same entry, which the
+masks then read as it is: one scan per step. The mask
 is the scan's validity function with the length window of fairseq's max_len and min_len: fairseq forces EOS at
 step max_len and keeps it back before step min_len, so at step s a hypothesis may still produce max_len - s + 1
 tokens and must produce at least min_len - s + 1 (EOS included). A hypothesis that has followed the mask can always
@@ -31,9 +33,7 @@ from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from ..data.transition_function import TransitionScan
 from ..data.transition_tokens import EOS, WORD_CONTINUE
 from ..models.decoders import contract_of
-
-
-SCAN_KEY = "transition_scan"  # the ensemble's entry in the first model's incremental state
+from ..modules.decoder_context import PrefixScanner, TargetTransitions
 
 logger = logging.getLogger(__name__)
 
@@ -107,28 +107,21 @@ class ConstrainedEnsemble(EnsembleModel):
     (modules/mechanisms.py, `build_token_constraint`: the decoder's `token_constraint`, called with the prefix and
     that model's incremental state; with an ensemble, a token any model forbids is forbidden)."""
 
-    def __init__(self, models, token_class: Optional[Tensor] = None, window: Optional["LengthWindow"] = None):
+    def __init__(self, models, transitions: Optional[TargetTransitions] = None,
+                 window: Optional["LengthWindow"] = None):
         super().__init__(models)
-        self.token_class = token_class
-        self.continuations = token_class is not None and has_continuations(token_class)
+        self.token_class = transitions.token_class if transitions is not None else None
+        self.continuations = transitions is not None and has_continuations(self.token_class)
         self.model_constraints = [(index, contract_of(model.decoder).token_constraint)
                                   for index, model in enumerate(models)
                                   if contract_of(getattr(model, "decoder", None)).token_constraint is not None]
         # the generator's length options, fixed; each batch's window comes from its source length in forward_decoder
         self.window = window or LengthWindow()
-
-    def prefix_scan(self, tokens: Tensor, incremental_states) -> TransitionScan:
-        """The transition state of every row of `tokens` (B, 1 + n), extended from the one kept for its first n - 1
-        tokens when that fits, else made from the whole prefix."""
-        generated = tokens[:, 1:]
-        store = incremental_states[0] if incremental_states else {}
-        kept = store.get(SCAN_KEY)
-        if kept is not None and kept.length == generated.size(1) - 1 and kept.depth.size(0) == tokens.size(0):
-            scan = kept.extend(generated[:, -1:], self.token_class)
-        else:
-            scan = TransitionScan.of(generated, self.token_class)
-        store[SCAN_KEY] = scan
-        return scan
+        # the prefix's scan: the first model's decoder's where it keeps one (read here as it is, reordered by the
+        # decoder), else the ensemble's own, kept in the same incremental state and reordered here
+        decoder_scanner = contract_of(getattr(models[0], "decoder", None)).prefix_scanner
+        self.keeps_scan = transitions is not None and decoder_scanner is None
+        self.prefix_scanner = PrefixScanner(transitions) if self.keeps_scan else decoder_scanner
 
     def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
@@ -140,7 +133,7 @@ class ConstrainedEnsemble(EnsembleModel):
             return lprobs, attn
         if self.token_class.device != tokens.device:
             self.token_class = self.token_class.to(tokens.device)
-        scan = self.prefix_scan(tokens, incremental_states)
+        scan = self.prefix_scanner.scan(tokens, incremental_states[0] if incremental_states else None)
         max_len = self.window.max_len(source_length(encoder_outs[0]))
         # added into the fresh penalty tensor: one (B, V) allocation per step (the bool-mask masked_fill took four
         # times as long, mostly allocating: 18 vs 4.7 ms for 320 rows x 8,104 symbols on one CPU thread)
@@ -150,20 +143,20 @@ class ConstrainedEnsemble(EnsembleModel):
 
     def reorder_incremental_state(self, incremental_states, new_order):
         super().reorder_incremental_state(incremental_states, new_order)
-        if incremental_states and incremental_states[0].get(SCAN_KEY) is not None:
-            incremental_states[0][SCAN_KEY] = incremental_states[0][SCAN_KEY].index_select(new_order)
+        if self.keeps_scan and incremental_states:
+            PrefixScanner.reorder(incremental_states[0], new_order)
 
 
 class ConstrainedSequenceGenerator(SequenceGenerator):
-    """SequenceGenerator over ConstrainedEnsemble; `token_class` (V,): the transition class of every symbol of the
-    target dictionary, on a data-bin whose target has transitions (None: only the models' token constraints)."""
+    """SequenceGenerator over ConstrainedEnsemble; `transitions`: the transition system over the target dictionary,
+    on a data-bin whose target has transitions (None: only the models' token constraints)."""
 
-    def __init__(self, models, tgt_dict, token_class: Optional[Tensor] = None, **kwargs):
-        if token_class is None:
+    def __init__(self, models, tgt_dict, transitions: Optional[TargetTransitions] = None, **kwargs):
+        if transitions is None:
             super().__init__(ConstrainedEnsemble(models), tgt_dict, **kwargs)
             return
-        if len(token_class) != len(tgt_dict):
-            raise ValueError(f"the transition classes cover {len(token_class)} symbols, the target dictionary has "
+        if len(transitions.token_class) != len(tgt_dict):
+            raise ValueError(f"the transition classes cover {len(transitions.token_class)} symbols, the target dictionary has "
                              f"{len(tgt_dict)}")
         if kwargs.get("match_source_len"):
             raise ValueError("--match-source-len: a transition target holds arcs and attached-word marks besides its "
@@ -171,7 +164,7 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
         if kwargs.get("max_len_a", 0) == 0 and kwargs.get("min_len", 1) > kwargs.get("max_len_b", 200):
             raise ValueError(f"--min-len {kwargs['min_len']} is more than the maximum length --max-len-b "
                              f"{kwargs.get('max_len_b', 200)}: no hypothesis could end")
-        super().__init__(ConstrainedEnsemble(models, token_class), tgt_dict, **kwargs)
+        super().__init__(ConstrainedEnsemble(models, transitions), tgt_dict, **kwargs)
         # the length options as fairseq's generator has resolved them (its defaults, max_decoder_positions), once
         self.model.window = LengthWindow(self.max_len_a, self.max_len_b, self.max_len - 1, self.min_len)
         self.incomplete_hypotheses = 0  # over every batch so far (logged)

@@ -24,6 +24,7 @@ from ..data.sentencepiece_codec import WordAlignedEncoder
 from ..data.syntax_channels import SyntaxChannels
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
 from ..models.decoders import contract_of
+from ..modules.decoder_context import TargetTransitions
 from .raw_text import EncodedSource, InferenceDataset, RawTextEncoder
 
 logger = logging.getLogger(__name__)
@@ -76,16 +77,19 @@ class SyntaxTranslationTask(TranslationTask):
             for lang, side in self.manifest.sides.items():
                 if side.channels:
                     self.label_dicts[lang] = LabelDictionary.load(label_dict_path(data_dir, lang))
-        # --target-transitions data-bin: the class of every target symbol, for the validity masks of generation
+        # --target-transitions data-bin: the transition system over the target dictionary, for the validity masks
+        # of generation (transition_classes: the class of every target symbol)
+        self.target_transitions: Optional[TargetTransitions] = None
         self.transition_classes = None
         self._trees: Dict[Tuple[int, int], str] = {}
         self._nbest = 1
         if (self.manifest is not None and self.manifest.target_transitions and
                 cfg.target_lang == self.manifest.target_lang):
-            from ..data.transition_channels import target_token_classes, word_rule
+            from ..data.transition_channels import word_rule
 
             self.word_rule = word_rule(self.manifest.word_level)
-            self.transition_classes = target_token_classes(tgt_dict.symbols, self.manifest.word_level)
+            self.target_transitions = TargetTransitions(tgt_dict.symbols, self.manifest.word_level)
+            self.transition_classes = self.target_transitions.token_class
         # --trees-out without target transitions: only a decoder that generates its own graph has trees to write
         # (checked with the models, in build_generator)
 
@@ -361,7 +365,7 @@ class SyntaxTranslationTask(TranslationTask):
                              f"generator class) is not supported with it")
         from .constrained_generation import ConstrainedSequenceGenerator
 
-        kwargs = dict(extra_gen_cls_kwargs or {}, token_class=self.transition_classes)
+        kwargs = dict(extra_gen_cls_kwargs or {}, transitions=self.target_transitions)
         return super().build_generator(models, args, seq_gen_cls=ConstrainedSequenceGenerator,
                                        extra_gen_cls_kwargs=kwargs, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
 
