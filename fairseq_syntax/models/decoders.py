@@ -36,18 +36,29 @@ from ..modules.decoder_context import DecoderContext, PrefixScanner, TargetTrans
 from ..modules.mechanisms import DECODER_CONTEXT
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
-DECODERS: Dict[str, type] = {}  # name -> decoder class, built as cls(cfg, dictionary, embed_tokens, no_encoder_attn=)
+# name -> decoder class. Chosen by --decoder-type NAME of the syntax_transformer family (or a preset giving
+# decoder_type a default), whose choices are read when the parser is built: the registering module is imported
+# before (a module of this package, or a --user-dir). Built as cls(cfg, dictionary, embed_tokens, no_encoder_attn=),
+# cfg fairseq's TransformerConfig with every option of the command line as an attribute.
+DECODERS: Dict[str, type] = {}
 # keys a decoder may add to its forward's `extra`, beside fairseq's "attn" and "inner_states"
 PREDICTED = "predicted"  # (B, T) bool: the positions a decoder predicting only some of them output (sampled prefixes)
 PACKED = "packed"  # True: the output holds those positions only, packed as (1, N, V)
-ADJACENCY = "adjacency"  # Dyn-STGCD: the graph of each step, where the heads of --trees-out are read
+# (B, n, n) a graph-generating decoder's graph over its columns (row = dependent, column 0 = BOS, the root): the
+# newest step's in incremental decoding. For analyses and tests only: --trees-out reads hypothesis_trees
+ADJACENCY = "adjacency"
+# what hypothesis_trees gives per hypothesis: the pieces (dictionary symbols) of each word, and the words' 1-based
+# heads (0 = the root)
+WordHeads = Tuple[List[List[str]], List[int]]
 
 
 class SyntaxDecoder:
     """The decoder contract: every attribute the model, the task and its generator may read of a decoder, with its
     default. A decoder of DECODERS derives from it (beside its fairseq base) and overrides what it has; fairseq's
     own decoder, which the model keeps for a plain vanilla row, is read through `contract_of`, so no caller asks a
-    decoder whether it has an attribute."""
+    decoder whether it has an attribute. Beside these, the model calls its fairseq forward with fairseq's
+    decoder keywords (encoder_out, incremental_state, features_only, alignment_layer, alignment_heads,
+    src_lengths, return_all_hiddens), and the batch features where takes_batch_features."""
 
     # the model hands it the batch's features as keyword arguments of its forward (fairseq's own decoder takes none)
     takes_batch_features: bool = False
@@ -79,10 +90,15 @@ class SyntaxDecoder:
 
     @staticmethod
     def add_decoder_args(parser) -> None:
-        """Its own command-line options, added to the syntax transformer's (none by default)."""
+        """Its own command-line options, added to the syntax transformer's (none by default): those of every
+        registered decoder are added, whichever --decoder-type is chosen, so their names carry the decoder's."""
 
-    def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor], tree: bool = True) -> List[List[int]]:
-        """The heads of each hypothesis's words, from the graph generated with it (a decoder that predicts_graph)."""
+    def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor], tree: bool = True) -> List[WordHeads]:
+        """The words and heads of each hypothesis (token ids ending with EOS; row i of `encoder_out` is its source),
+        from the graph generated with it (a decoder that predicts_graph; --trees-out on a data-bin without target
+        transitions). With `tree` a well-formed tree (HEAD), without it each word's raw argmax (`# argmax_heads`).
+        Called after beam search, outside its torch.no_grad. modules/target_graph.predicted_tree gives both from a
+        score matrix over BOS and the pieces; the task spells each word's pieces with the data-bin's segmenter."""
         raise NotImplementedError(f"{type(self).__name__} generates no graph (predicts_graph is False)")
 
 

@@ -1,7 +1,8 @@
-"""Toy syntax mechanisms, one of each shape, registered the way a method's module registers itself. Tests load
-this directory with `--user-dir tests/toy_plugin` (it imports fairseq_syntax first), so the registries, the layer
-wiring, the criterion and the generator hook are exercised through the real fairseq commands before the real
-methods exist. The toys are deliberately simple; what they compute is checked by the tests, not learned."""
+"""Toy syntax mechanisms, one of each shape, and a toy decoder of its own (toy_decoder.py), registered the way a
+method's module registers itself. Tests load this directory with `--user-dir tests/toy_plugin` (it imports
+fairseq_syntax first), so the registries, the layer wiring, the criterion and the generator hook are exercised
+through the real fairseq commands before the real methods exist. The toys are deliberately simple; what they
+compute is checked by the tests, not learned."""
 from dataclasses import dataclass
 
 import torch
@@ -12,12 +13,14 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models import register_model_architecture
 
 import fairseq_syntax  # noqa: F401  (the plugin itself: task, model family, criterion)
-from fairseq_syntax.models.sizes import TINY, set_sizes
+from fairseq_syntax.models.sizes import TINY, set_default, set_sizes
 from fairseq_syntax.models.syntax_transformer import syntax_defaults
 from fairseq_syntax.modules import (
     ScoreModification, SyntaxMechanism, register_decoder_mechanism, register_encoder_mechanism,
 )
 from fairseq.models.transformer.transformer_legacy import base_architecture
+
+from . import toy_decoder  # noqa: F401  (registers --decoder-type toy_graph_gru)
 
 
 @register_encoder_mechanism("toy_parent_bias")
@@ -187,3 +190,11 @@ def toy_syntax_tiny(args):
     set_sizes(args, **TINY)
     syntax_defaults(args)
     base_architecture(args)
+
+
+@register_model_architecture("syntax_transformer", "toy_graph_gru_tiny")
+def toy_graph_gru_tiny(args):
+    """The toy sizes with the toy graph decoder: a preset chooses a decoder by giving --decoder-type its default
+    (a command-line --decoder-type still wins)."""
+    set_default(args, "decoder_type", "toy_graph_gru")
+    toy_syntax_tiny(args)
