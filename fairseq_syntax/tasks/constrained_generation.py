@@ -156,8 +156,8 @@ class ConstrainedSequenceGenerator(SequenceGenerator):
             super().__init__(ConstrainedEnsemble(models), tgt_dict, **kwargs)
             return
         if len(transitions.token_class) != len(tgt_dict):
-            raise ValueError(f"the transition classes cover {len(transitions.token_class)} symbols, the target dictionary has "
-                             f"{len(tgt_dict)}")
+            raise ValueError(f"the transition classes cover {len(transitions.token_class)} symbols, the target "
+                             f"dictionary has {len(tgt_dict)}")
         if kwargs.get("match_source_len"):
             raise ValueError("--match-source-len: a transition target holds arcs and attached-word marks besides its "
                              "pieces, so its length cannot follow the source's; bound it with --max-len-a/--max-len-b")
