@@ -155,10 +155,9 @@ def test_gcn_decoder_matches_the_equations(policy, labels, gates, device):
     until = 5
     context = PrefixScanner(transitions).context(
         prev, policy, reencoded_until=torch.tensor([until, until]) if policy == "block" else None)
-    args = type("Args", (), {"decoder_transition_labels": transitions.num_labels, "no_decoder_gcn_labels": not labels,
-                             "no_decoder_gcn_gates": not gates, "decoder_gcn_layers": 2,
-                             "decoder_gcn_edge_dropout": 0.0})()
-    module = DecoderGraphConvolution(args, 6, 2, -1).eval()
+    args = type("Args", (), {"no_decoder_gcn_labels": not labels, "no_decoder_gcn_gates": not gates,
+                             "decoder_gcn_layers": 2, "decoder_gcn_edge_dropout": 0.0})()
+    module = DecoderGraphConvolution(args, 6, 2, -1, target_transitions=transitions).eval()
     for layer in module.layers:  # non-zero biases so that labels matter
         torch.nn.init.normal_(layer.bias, std=0.5)
         if gates:
@@ -425,6 +424,50 @@ def test_reencode_every_refuses_what_it_cannot_do(transition_bin, options, messa
     _, destdir, _ = transition_bin
     with pytest.raises(ValueError, match=message):
         tiny_model(destdir, *options)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--arch", "transformer_linearized_tiny", "--reencode-every", "4"],
+     "--reencode-every is an option of --decoder-type bitran, not transformer"),
+    (["--arch", "transformer_parent_tiny", "--dyn-stgcd-kernel-size", "5"],
+     "--dyn-stgcd-kernel-size is an option of --decoder-type dyn_stgcd, not bitran"),
+])
+def test_another_decoders_option_is_refused(transition_bin, options, message):  # noqa: F811
+    """Decoder options are declared per decoder (SyntaxDecoder.options): one set away from its default with another
+    decoder type would be ignored silently, so it is refused."""
+    from .test_transition_decoding import build
+
+    _, destdir, _ = transition_bin
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build(destdir, *options)
+
+
+def test_building_the_decoders_writes_nothing_into_the_model_config(transition_bin, monkeypatch):  # noqa: F811
+    """Values reach a decoder's mechanisms as constructor arguments (the target's transition system), not written
+    into the model config (the GCN decoder's label count once was, cfg.decoder_transition_labels)."""
+    from fairseq_syntax.models.syntax_transformer import SyntaxTransformerModel
+    from .test_transition_decoding import build
+
+    build_decoder, configs = SyntaxTransformerModel.build_decoder.__func__, []
+
+    def snapshot(value):
+        # every attribute, nested ones too: TransformerConfig files `decoder_x` under cfg.decoder, which a
+        # dataclass's repr (its fields only) would not show
+        if hasattr(value, "__dict__"):
+            return {name: snapshot(inner) for name, inner in vars(value).items()}
+        return repr(value)
+
+    def recording_build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        before = snapshot(cfg)
+        decoder = build_decoder(cls, cfg, tgt_dict, embed_tokens)
+        configs.append((before, snapshot(cfg)))
+        return decoder
+
+    monkeypatch.setattr(SyntaxTransformerModel, "build_decoder", classmethod(recording_build_decoder))
+    _, destdir, _ = transition_bin
+    for arch in ("transformer_gcn_decoder_tiny", "transformer_parent_tiny"):
+        build(destdir, "--arch", arch, "--decoder-syntax", "parent,gcn")
+    assert len(configs) == 2 and all(before == after for before, after in configs)
 
 
 def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training(transition_bin):  # noqa: F811

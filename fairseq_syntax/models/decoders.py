@@ -21,10 +21,12 @@ function, and the policy that says which edges each column may use ("causal" for
 for BiTran's re-encoded views, "block" for BiTran re-encoding every B columns). The same mechanism code runs in
 both decoders.
 """
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import torch
+from fairseq.dataclass import FairseqDataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
@@ -32,8 +34,9 @@ from torch import Tensor
 
 from ..data.features import FEATURES
 from ..modules import MechanismChoices, SyntaxDecoderLayer
+from ..modules.syntax_layers import build_mechanism
 from ..modules.decoder_context import DecoderContext, PrefixScanner, TargetTransitions
-from ..modules.mechanisms import DECODER_CONTEXT
+from ..modules.mechanisms import DECODER_CONTEXT, add_declared_options, declared_option
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
 # name -> decoder class. Chosen by --decoder-type NAME of the syntax_transformer family (or a preset giving
@@ -88,10 +91,25 @@ class SyntaxDecoder:
     # constrained generator's validity masks read the same entry (None: it keeps no scan)
     prefix_scanner: Optional[PrefixScanner] = None
 
-    @staticmethod
-    def add_decoder_args(parser) -> None:
-        """Its own command-line options, added to the syntax transformer's (none by default): those of every
-        registered decoder are added, whichever --decoder-type is chosen, so their names carry the decoder's."""
+    # its command-line options, declared as a mechanism's are: a FairseqDataclass whose fields carry each option's
+    # one default and help; read with `option`. Those of every registered decoder are on the parser, whichever
+    # --decoder-type is chosen, so their names carry the decoder's; one set away from its default with another
+    # decoder type is refused
+    options: Optional[Type[FairseqDataclass]] = None
+
+    @classmethod
+    def add_decoder_args(cls, parser) -> None:
+        """Its command-line options on the syntax transformer's parser (`options`, none by default)."""
+        add_declared_options(parser, cls.options)
+
+    @classmethod
+    def option(cls, cfg, name: str):
+        """The option's value in the model config, else the default `options` declares."""
+        return declared_option(cls.options, cfg, name)
+
+    @classmethod
+    def check_args(cls, cfg) -> None:
+        """Raise ValueError for option values it cannot use (called before the model is built)."""
 
     def hypothesis_trees(self, encoder_out, hypotheses: Sequence[Tensor], tree: bool = True) -> List[WordHeads]:
         """The words and heads of each hypothesis (token ids ending with EOS; row i of `encoder_out` is its source),
@@ -166,14 +184,15 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.syntax_choice = MechanismChoices.from_args(cfg, "decoder", cfg.decoder.layers)
         mechanisms = self.syntax_choice.mechanisms
+        self.target_transitions = None  # handed to the constructors of the mechanisms that read the prefix graph
         if any(m.needs_target_transitions for m in mechanisms):
-            transitions = TargetTransitions(dictionary.symbols, bool(getattr(cfg, "target_word_level", False)))
-            if transitions.num_labels == 0:
+            self.target_transitions = TargetTransitions(dictionary.symbols,
+                                                        bool(getattr(cfg, "target_word_level", False)))
+            if self.target_transitions.num_labels == 0:
                 raise ValueError("the target dictionary has no arc tokens (LEFT-ARC:l / RIGHT-ARC:l): decoder syntax "
                                  "mechanisms need a data-bin made with fairseq-syntax-preprocess "
                                  "--target-transitions")
-            self.prefix_scanner = PrefixScanner(transitions)
-            cfg.decoder_transition_labels = transitions.num_labels  # read by the mechanisms' constructors
+            self.prefix_scanner = PrefixScanner(self.target_transitions)
         self._layers_built = 0
         self.layer_loss_names: List[tuple] = []
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
@@ -183,7 +202,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
         self.auxiliary_loss_names = tuple(dict.fromkeys(name for m in mechanisms for name in m.auxiliary_losses))
         self.auxiliary_loss_weights = {loss: w for m in mechanisms for loss, w in m.loss_weights(cfg).items()}
         input_mechanism = self.syntax_choice.whole("input")
-        self.input_module = (input_mechanism(cfg, embed_tokens.embedding_dim, cfg.decoder.attention_heads, -1)
+        self.input_module = (build_mechanism(input_mechanism, cfg, embed_tokens.embedding_dim,
+                                             cfg.decoder.attention_heads, -1, self.target_transitions)
                              if input_mechanism is not None else None)
         constraints = [c for c in (m.build_token_constraint(cfg, dictionary) for m in mechanisms) if c is not None]
         if len(constraints) > 1:
@@ -194,7 +214,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
         index, self._layers_built = self._layers_built, self._layers_built + 1
         mechanism = self.syntax_choice.at(index)
         self.layer_loss_names.append(tuple(mechanism.auxiliary_losses) if mechanism else ())
-        return wrap_layer(SyntaxDecoderLayer(cfg, no_encoder_attn, cfg, mechanism, index), cfg)
+        return wrap_layer(SyntaxDecoderLayer(cfg, no_encoder_attn, cfg, mechanism, index, self.target_transitions),
+                          cfg)
 
     # ---- syntax inputs ------------------------------------------------------------------------------------------
 
@@ -337,6 +358,17 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
         return x, extra
 
 
+@dataclass
+class BiTranOptions(FairseqDataclass):
+    bitran_prefixes: int = field(default=0, metadata={
+        "help": "bitran training: K prefixes per sentence sampled per update, the others not trained (0: every "
+                "position, every update)"})
+    reencode_every: int = field(default=1, metadata={
+        "help": "bitran: re-encode the prefix bidirectionally every B target columns and decode causally in "
+                "between, in training and generation alike (1: every step, the paper's BiTran; B >= the target "
+                "length: the causal decoder)"})
+
+
 @register_decoder("bitran")
 class BiTranDecoder(SyntaxTransformerDecoder):
     """Choshen & Abend's bidirectional decoder (§2): the prediction after the prefix o_1..o_n comes from the
@@ -362,10 +394,24 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     not the paper's); only their positions are output, packed (extra["predicted"] says which; the model's
     get_targets packs the targets alike)."""
 
+    options = BiTranOptions
+
+    @classmethod
+    def check_args(cls, cfg):
+        prefixes, every = int(cls.option(cfg, "bitran_prefixes")), int(cls.option(cfg, "reencode_every"))
+        if prefixes < 0:
+            raise ValueError(f"--bitran-prefixes must be >= 0 (0: every prefix), got {prefixes}")
+        if every < 1:
+            raise ValueError(f"--reencode-every must be >= 1 (1: every step, the paper's BiTran), got {every}")
+        if every > 1 and prefixes > 0:
+            raise ValueError("--reencode-every B > 1 trains every position of every sentence: it does not combine "
+                             "with --bitran-prefixes")
+
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
-        self.reencode_every = int(getattr(cfg, "reencode_every", None) or 1)
+        self.reencode_every = int(self.option(cfg, "reencode_every"))
+        self.sampled_prefixes = int(self.option(cfg, "bitran_prefixes"))
         shapes = {mechanism.shape for mechanism in self.syntax_choice.mechanisms}
         if self.reencode_every > 1 and "self_attention" in shapes:
             raise ValueError("--reencode-every B > 1 keeps fairseq's self-attention cache between re-encodings: a "
@@ -376,7 +422,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
 
     @property
     def predicts_some_positions(self) -> bool:
-        return int(getattr(self.cfg, "bitran_prefixes", 0) or 0) > 0
+        return self.sampled_prefixes > 0
 
     def block_start(self, column: int) -> int:
         """The column m at which the prefix was last re-encoded when column `column` is computed."""
@@ -435,7 +481,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         """(B, width) bool: the positions predicted this update (sampled prefixes: k per sentence)."""
         columns = torch.arange(width, device=lengths.device)
         real = columns.unsqueeze(0) < lengths.unsqueeze(1)
-        k = int(getattr(self.cfg, "bitran_prefixes", 0) or 0)
+        k = self.sampled_prefixes
         if k <= 0 or not self.training:
             return real
         # k distinct real columns per sentence, uniformly: the k smallest of random keys among its real columns

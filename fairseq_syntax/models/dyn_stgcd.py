@@ -28,7 +28,7 @@ among the step's nodes of -log p(head) under the row's distribution (the last bl
 row normalised off the diagonal: --dyn-stgcd-heads-from); smooth_l1 (the paper's) between A^L_t and the gold
 graph, summed over each row's entries and averaged over the rows. The heads of a generated graph (--trees-out) are
 read from the same rows at the hypothesis's last step, decoded into a maximum spanning tree. The options' defaults
-are DEFAULTS below; docs/methods.md names each deviation from the paper.
+are DynStgcdOptions' below; docs/methods.md names each deviation from the paper.
 
 Where the equations allow no cache: every step re-encodes every node (W_t and A_t change every entry at every
 step, so no node's vector from an earlier step can be reused); what is carried from step to step, in training and
@@ -37,10 +37,12 @@ entry value of new nodes. Training therefore runs the T steps in turn (about T^2
 block; a sentence leaves the loop after its last real column), as beam search does.
 """
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder
 from fairseq.modules import PositionalEmbedding
 from torch import Tensor
@@ -56,9 +58,6 @@ from .decoders import ADJACENCY, SyntaxDecoder, register_decoder
 GRAPH_LOSS = "target_graph"
 GRAPH_LOSSES = ("head_ce", "smooth_l1")
 HEADS_FROM = ("attention", "adjacency")
-# every option's default, in this one place (the options are None unless given; `option` reads them)
-DEFAULTS = dict(kernel_size=3, walk_steps=1, hidden_graphs="6x6,6x4", graph_loss="head_ce", graph_loss_weight=1.0,
-                heads_from="attention", graph_attention="gatv2", new_node_edges="own_step")
 # 2: residual, own-step edges, per-row scores, the head cross-entropy as defaults (a state dict without it is older)
 GRAPH_VERSION = 2
 BLOCK_STACKED = ("source_keys", "source_values")  # context entries (blocks, B, ...)
@@ -79,87 +78,77 @@ def parse_hidden_graphs(spec: str) -> List[Tuple[int, int]]:
     return groups
 
 
-def option(cfg, name: str):
-    """--dyn-stgcd-NAME as given, else its default (DEFAULTS)."""
-    value = getattr(cfg, f"dyn_stgcd_{name}", None)
-    return DEFAULTS[name] if value is None else value
-
-
 def select_rows(context: Dict[str, Tensor], rows: Tensor) -> Dict[str, Tensor]:
     """The source context of the given batch rows (beam reordering; rows leaving the training loop)."""
     return {name: value.index_select(1 if name in BLOCK_STACKED else 0, rows) for name, value in context.items()}
+
+
+@dataclass
+class DynStgcdOptions(FairseqDataclass):
+    """The decoder's options (--dyn-stgcd-*), each default in this one place; docs/methods.md names each
+    deviation from the paper."""
+    dyn_stgcd_graph_dim: Optional[int] = field(default=None, metadata={"help": (
+            'width of the graph nodes and evolving weights (default: --decoder-embed-dim; the weight GRU costs '
+            '6 G^3 per sentence, step and block)')})
+    dyn_stgcd_kernel_size: int = field(default=3, metadata={"help": (
+            'kernel size of the dilated causal convolution')})
+    dyn_stgcd_walk_steps: int = field(default=1, metadata={"help": (
+            "random walks of 0..P steps (the paper's P = {0, 1})")})
+    dyn_stgcd_hidden_graphs: str = field(default='6x6,6x4', metadata={"help": (
+            "groups of trainable hidden graphs, COUNTxNODES (the paper's)")})
+    dyn_stgcd_graph_loss: ChoiceEnum(GRAPH_LOSSES) = field(default='head_ce', metadata={"help": (
+            "the graph loss of every step: head_ce (ours: the cross-entropy of each row's gold head under the"
+            " row's distribution over the step's nodes, see --dyn-stgcd-heads-from) or smooth_l1 (the paper's"
+            " eq. 9 on A_t, summed over a row's entries, averaged over the rows; heads then read from A)")})
+    dyn_stgcd_graph_loss_weight: float = field(default=1.0, metadata={"help": (
+            'weight of the graph loss')})
+    dyn_stgcd_heads_from: ChoiceEnum(HEADS_FROM) = field(default='attention', metadata={"help": (
+            "the rows that the head_ce loss trains and --trees-out reads: attention (the last block's graph-"
+            'attention coefficients of the step, every row of which is computed at that step with own_step '
+            "edges) or adjacency (A_t's rows normalised off the diagonal); adjacency wherever there is no "
+            'attention over every node of a step (smooth_l1, next_step, static_adjacency)')})
+    dyn_stgcd_teacher_forced_adjacency: bool = field(default=False, metadata={"help": (
+            "eq. 7 refines the gold graph of the previous step instead of the model's own (training; "
+            'generation has no gold graph and uses its own)')})
+    dyn_stgcd_no_source_walks: bool = field(default=False, metadata={"help": (
+            "leave R^e out of eq. 8 (the paper's 'w/o source of P' ablation; the source parse is then not "
+            'needed)')})
+    dyn_stgcd_no_target_walks: bool = field(default=False, metadata={"help": (
+            "leave R_t out of eq. 8 (with --dyn-stgcd-no-source-walks: the paper's 'w/o P')")})
+    dyn_stgcd_ablations: Optional[str] = field(default=None, metadata={"help": (
+            "the paper's Figure 5 ablations, comma-separated: no_spatial (no graph convolution, so no graph "
+            'and no graph loss), no_temporal, static_weight (no GRU over W), static_adjacency (no refinement '
+            'of A from the nodes)')})
+    dyn_stgcd_graph_attention: ChoiceEnum(GRAPH_ATTENTION_SCORES) = field(default='gatv2', metadata={"help": (
+            "scores of eq. 7's graph-attention coefficients: gat (the paper's, Velickovic et al.; every row "
+            'ranks the candidate nodes alike, so the graph gives every word the same head), gatv2 (Brody et '
+            "al.'s a . LeakyReLU(W_i y_i + W_j y_j), each row its own ranking) or biaffine (Dozat & "
+            "Manning's, SuPar's arc scorer); gatv2 and biaffine are not in the paper")})
+    dyn_stgcd_new_node_edges: ChoiceEnum(NEW_NODE_EDGES) = field(default='own_step', metadata={"help": (
+            "own_step (the paper's inference section: the node that joins at step t gets its edges at step t,"
+            " Ã_t computed from the block's inputs of step t) or next_step (eq. 7 as printed: Ã_{t-1} from "
+            "the block's outputs of step t-1, so the newest node's row is content-free and the last word is "
+            'read as the root)')})
+    dyn_stgcd_no_residual: bool = field(default=False, metadata={"help": (
+            "eq. 8 as printed, Y^l = MLP(...): without the residual Y^l = X^l + MLP(...) (X^l the block's "
+            'input, the token embeddings in the first block) every node gets the same vector, and with 3 '
+            'blocks or more the graph learns its heads far slower, if at all')})
+    dyn_stgcd_no_encoder_attention: bool = field(default=False, metadata={"help": (
+            'no attention to the encoder output in the blocks (the source reaches the decoder as <sog> and '
+            'R^e only)')})
 
 
 @register_decoder("dyn_stgcd")
 class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
     takes_batch_features = True
 
-    @staticmethod
-    def add_decoder_args(parser):
-        group = parser  # (the model's parser is an argument group already: groups do not nest)
-        group.add_argument("--dyn-stgcd-graph-dim", type=int, metavar="G",
-                           help="width of the graph nodes and evolving weights (default: --decoder-embed-dim; the "
-                                "weight GRU costs 6 G^3 per sentence, step and block)")
-        group.add_argument("--dyn-stgcd-kernel-size", type=int, metavar="H",
-                           help=f"kernel size of the dilated causal convolution (default {DEFAULTS['kernel_size']})")
-        group.add_argument("--dyn-stgcd-walk-steps", type=int, metavar="P",
-                           help=f"random walks of 0..P steps (default {DEFAULTS['walk_steps']}: the paper's "
-                                "P = {0, 1})")
-        group.add_argument("--dyn-stgcd-hidden-graphs", type=str, metavar="KxN,...",
-                           help="groups of trainable hidden graphs, COUNTxNODES (default "
-                                f"{DEFAULTS['hidden_graphs']} as in the paper)")
-        group.add_argument("--dyn-stgcd-graph-loss", choices=GRAPH_LOSSES, metavar="LOSS",
-                           help="the graph loss of every step: head_ce (ours: the cross-entropy of each row's gold "
-                                "head under the row's distribution over the step's nodes, see "
-                                "--dyn-stgcd-heads-from) or smooth_l1 (the paper's eq. 9 on A_t, summed over a "
-                                "row's entries, averaged over the rows; heads then read from A). Default "
-                                f"{DEFAULTS['graph_loss']}")
-        group.add_argument("--dyn-stgcd-graph-loss-weight", type=float, metavar="W",
-                           help=f"weight of the graph loss (default {DEFAULTS['graph_loss_weight']})")
-        group.add_argument("--dyn-stgcd-heads-from", choices=HEADS_FROM, metavar="GRAPH",
-                           help="the rows that the head_ce loss trains and --trees-out reads: attention (the last "
-                                "block's graph-attention coefficients of the step, every row of which is computed "
-                                "at that step with own_step edges) or adjacency (A_t's rows normalised off the "
-                                f"diagonal). Default {DEFAULTS['heads_from']}; adjacency wherever there is no "
-                                "attention over every node of a step (smooth_l1, next_step, static_adjacency)")
-        group.add_argument("--dyn-stgcd-teacher-forced-adjacency", action="store_true", default=None,
-                           help="eq. 7 refines the gold graph of the previous step instead of the model's own "
-                                "(training; generation has no gold graph and uses its own)")
-        group.add_argument("--dyn-stgcd-no-source-walks", action="store_true", default=None,
-                           help="leave R^e out of eq. 8 (the paper's 'w/o source of P' ablation; the source parse "
-                                "is then not needed)")
-        group.add_argument("--dyn-stgcd-no-target-walks", action="store_true", default=None,
-                           help="leave R_t out of eq. 8 (with --dyn-stgcd-no-source-walks: the paper's 'w/o P')")
-        group.add_argument("--dyn-stgcd-ablations", type=str, metavar="A1,A2",
-                           help="the paper's Figure 5 ablations, comma-separated: no_spatial (no graph "
-                                "convolution, so no graph and no graph loss), no_temporal, static_weight (no GRU "
-                                "over W), static_adjacency (no refinement of A from the nodes)")
-        group.add_argument("--dyn-stgcd-graph-attention", choices=GRAPH_ATTENTION_SCORES, metavar="SCORES",
-                           help="scores of eq. 7's graph-attention coefficients: gat (the paper's, Velickovic et "
-                                "al.; every row ranks the candidate nodes alike, so the graph gives every word the "
-                                "same head), gatv2 (Brody et al.'s a . LeakyReLU(W_i y_i + W_j y_j), each row "
-                                "its own ranking) or biaffine (Dozat & Manning's, SuPar's arc scorer); gatv2 and "
-                                f"biaffine are not in the paper. Default {DEFAULTS['graph_attention']}")
-        group.add_argument("--dyn-stgcd-new-node-edges", choices=NEW_NODE_EDGES, metavar="WHEN",
-                           help="own_step (the paper's inference section: the node that joins at step t gets its "
-                                "edges at step t, Ã_t computed from the block's inputs of step t) or next_step "
-                                "(eq. 7 as printed: Ã_{t-1} from the block's outputs of step t-1, so the newest "
-                                "node's row is content-free and the last word is read as the root). Default "
-                                f"{DEFAULTS['new_node_edges']}")
-        group.add_argument("--dyn-stgcd-no-residual", action="store_true", default=None,
-                           help="eq. 8 as printed, Y^l = MLP(...): without the residual Y^l = X^l + MLP(...) (X^l "
-                                "the block's input, the token embeddings in the first block) every node gets the "
-                                "same vector, and with 3 blocks or more the graph learns its heads far slower, if "
-                                "at all")
-        group.add_argument("--dyn-stgcd-no-encoder-attention", action="store_true", default=None,
-                           help="no attention to the encoder output in the blocks (the source reaches the decoder "
-                                "as <sog> and R^e only)")
+    options = DynStgcdOptions
 
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(dictionary)
         self.cfg = cfg
         embed_dim = embed_tokens.embedding_dim
-        dim = int(getattr(cfg, "dyn_stgcd_graph_dim", None) or embed_dim)
+        dim = int(self.option(cfg, "dyn_stgcd_graph_dim") or embed_dim)
         self.dim = dim
         self.padding_idx = embed_tokens.padding_idx
         self.max_target_positions = cfg.max_target_positions
@@ -171,40 +160,40 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
         self.dropout = nn.Dropout(cfg.dropout)
         self.embed_to_graph = nn.Linear(embed_dim, dim) if dim != embed_dim else None
         encoder_dim = cfg.encoder.embed_dim
-        ablations = [a.strip() for a in (getattr(cfg, "dyn_stgcd_ablations", None) or "").split(",") if a.strip()]
+        ablations = [a.strip() for a in (self.option(cfg, "dyn_stgcd_ablations") or "").split(",") if a.strip()]
         unknown = sorted(set(ablations) - set(ABLATIONS))
         if unknown:
             raise ValueError(f"--dyn-stgcd-ablations: {unknown} not among {list(ABLATIONS)}")
         self.predicts_graph = "no_spatial" not in ablations
         # <sog> enters the graph convolutions only (none without the spatial layer)
         self.sog = nn.Linear(encoder_dim, dim) if self.predicts_graph else None
-        walk_steps = int(option(cfg, "walk_steps"))
-        groups = parse_hidden_graphs(option(cfg, "hidden_graphs"))
-        self.source_walks = (None if getattr(cfg, "dyn_stgcd_no_source_walks", False)
+        walk_steps = int(self.option(cfg, "dyn_stgcd_walk_steps"))
+        groups = parse_hidden_graphs(self.option(cfg, "dyn_stgcd_hidden_graphs"))
+        self.source_walks = (None if self.option(cfg, "dyn_stgcd_no_source_walks")
                              else WalkFeatures(encoder_dim, groups, walk_steps))
-        target_walks = None if getattr(cfg, "dyn_stgcd_no_target_walks", False) else WalkFeatures(dim, groups,
+        target_walks = None if self.option(cfg, "dyn_stgcd_no_target_walks") else WalkFeatures(dim, groups,
                                                                                                    walk_steps)
         walk_dims = sum(w.dim for w in (self.source_walks, target_walks) if w is not None)
         layers = cfg.decoder.layers
-        kernel_size = int(option(cfg, "kernel_size"))
-        encoder_attention = not (no_encoder_attn or getattr(cfg, "dyn_stgcd_no_encoder_attention", False))
-        new_node_edges = option(cfg, "new_node_edges")
-        self.residual = not getattr(cfg, "dyn_stgcd_no_residual", False)
-        self.graph_attention = option(cfg, "graph_attention")
+        kernel_size = int(self.option(cfg, "dyn_stgcd_kernel_size"))
+        encoder_attention = not (no_encoder_attn or self.option(cfg, "dyn_stgcd_no_encoder_attention"))
+        new_node_edges = self.option(cfg, "dyn_stgcd_new_node_edges")
+        self.residual = not self.option(cfg, "dyn_stgcd_no_residual")
+        self.graph_attention = self.option(cfg, "dyn_stgcd_graph_attention")
         self.new_node_edges = new_node_edges
         self.blocks = nn.ModuleList(
             Block(i, layers, dim, encoder_dim, cfg.decoder.attention_heads, kernel_size, cfg.dropout,
                   cfg.attention_dropout, encoder_attention, walk_dims, target_walks if i == layers - 1 else None,
                   ablations, self.graph_attention, new_node_edges, self.residual)
             for i in range(layers))
-        self.graph_loss = option(cfg, "graph_loss")
+        self.graph_loss = self.option(cfg, "dyn_stgcd_graph_loss")
         if self.graph_loss not in GRAPH_LOSSES:
             raise ValueError(f"--dyn-stgcd-graph-loss {self.graph_loss!r}: not among {list(GRAPH_LOSSES)}")
         # the rows heads are learnt in and read from: the attention only where it covers every node of a step
         attention_everywhere = new_node_edges == "own_step" and "static_adjacency" not in ablations
         self.heads_from = ("attention" if self.graph_loss == "head_ce" and attention_everywhere
-                           and option(cfg, "heads_from") == "attention" else "adjacency")
-        self.teacher_forced = bool(getattr(cfg, "dyn_stgcd_teacher_forced_adjacency", False))
+                           and self.option(cfg, "dyn_stgcd_heads_from") == "attention" else "adjacency")
+        self.teacher_forced = bool(self.option(cfg, "dyn_stgcd_teacher_forced_adjacency"))
         self.offload_activations = bool(getattr(cfg, "offload_activations", False))
         self.checkpoint_blocks = bool(getattr(cfg, "checkpoint_activations", False)) or self.offload_activations
         self.graph_to_output = nn.Linear(dim, embed_dim) if dim != embed_dim else None
@@ -220,7 +209,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
         self.source_features = self.syntax_features
         self.optional_syntax_features = ("prev_parent_first", "prev_word_ids") if self.predicts_graph else ()
         self.auxiliary_loss_names = (GRAPH_LOSS,)
-        self.auxiliary_loss_weights = {GRAPH_LOSS: float(option(cfg, "graph_loss_weight"))}
+        self.auxiliary_loss_weights = {GRAPH_LOSS: float(self.option(cfg, "dyn_stgcd_graph_loss_weight"))}
         # marks a checkpoint of this version (upgrade_state_dict_named): those before it lack it
         self.register_buffer("graph_version", torch.tensor(GRAPH_VERSION), persistent=True)
 

@@ -28,6 +28,6 @@ def _preset(sizes, blocks: int, graph_dim: int, hidden_graphs: str) -> Preset:
                   dict(decoder_layers=blocks, dyn_stgcd_graph_dim=graph_dim, dyn_stgcd_hidden_graphs=hidden_graphs))
 
 
-# (the decoder's options take their defaults from models/dyn_stgcd.py's DEFAULTS, whatever the architecture)
+# (the decoder's options take their defaults from models/dyn_stgcd.py's DynStgcdOptions, whatever the architecture)
 register_family("syntax_transformer", "dyn_stgcd", {suffix: _preset(*row) for suffix, row in SIZES.items()},
                 base=base_syntax_transformer, defaults=dict(decoder_type="dyn_stgcd"))

@@ -8,6 +8,7 @@ the batch's syntax features reach every layer as a forward argument. With --deco
 --decoder-syntax none the decoder is fairseq's own, unchanged.
 """
 import argparse
+from dataclasses import fields
 from typing import Dict, Optional
 
 import torch
@@ -121,13 +122,6 @@ class SyntaxTransformerModel(TransformerModel):
                             help="transformer: fairseq's causal decoder (default); bitran: Choshen & Abend's "
                                  "bidirectional decoder, the prefix re-encoded at every step; dyn_stgcd: Li et "
                                  "al.'s dynamic spatial-temporal graph convolutional decoder")
-        parser.add_argument("--bitran-prefixes", type=int, metavar="K",
-                            help="bitran training: K prefixes per sentence sampled per update, the others not "
-                                 "trained (0, the default: every position, every update)")
-        parser.add_argument("--reencode-every", type=int, metavar="B",
-                            help="bitran: re-encode the prefix bidirectionally every B target columns and decode "
-                                 "causally in between, in training and generation alike (1, the default: every "
-                                 "step, the paper's BiTran; B >= the target length: the causal decoder)")
         for mechanism in {**ENCODER_MECHANISMS, **DECODER_MECHANISMS}.values():
             mechanism.add_args(parser)
         for decoder in DECODERS.values():
@@ -145,16 +139,7 @@ class SyntaxTransformerModel(TransformerModel):
         if manifest is not None and getattr(args, "target_word_level", None) is None:
             # how the decoder reads words from its target tokens (transition mechanisms; recorded in the checkpoint)
             args.target_word_level = bool(manifest.word_level)
-        if int(getattr(args, "bitran_prefixes", 0) or 0) < 0:
-            raise ValueError(f"--bitran-prefixes must be >= 0 (0: every prefix), got {args.bitran_prefixes}")
-        if args.reencode_every < 1:
-            raise ValueError(f"--reencode-every must be >= 1 (1: every step, the paper's BiTran), got "
-                             f"{args.reencode_every}")
-        if args.reencode_every > 1 and args.bitran_prefixes > 0:
-            raise ValueError("--reencode-every B > 1 trains every position of every sentence: it does not combine "
-                             "with --bitran-prefixes")
-        if args.reencode_every > 1 and args.decoder_type != "bitran":
-            raise ValueError(f"--reencode-every is an option of --decoder-type bitran, not {args.decoder_type}")
+        check_decoder_options(args)
         # label dictionary sizes, for mechanisms that embed labels (recorded in the checkpoint's args)
         label_dicts = getattr(task, "label_dicts", {})
         for side in ("source", "target"):
@@ -171,9 +156,7 @@ class SyntaxTransformerModel(TransformerModel):
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        decoder_type = getattr(cfg, "decoder_type", None) or "transformer"
-        if decoder_type not in DECODERS:
-            raise ValueError(f"--decoder-type {decoder_type!r}: not one of {sorted(DECODERS)}")
+        decoder_type = getattr(cfg, "decoder_type", None) or "transformer"  # (checked in build_model)
         if decoder_type == "transformer" and (getattr(cfg, "decoder_syntax", None) or "none") == "none":
             return super().build_decoder(cfg, tgt_dict, embed_tokens)  # fairseq's own, unchanged
         return DECODERS[decoder_type](cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
@@ -227,9 +210,24 @@ def syntax_defaults(args):
     args.encoder_syntax = getattr(args, "encoder_syntax", None) or "none"
     args.decoder_syntax = getattr(args, "decoder_syntax", None) or "none"
     args.decoder_type = getattr(args, "decoder_type", None) or "transformer"
-    args.bitran_prefixes = int(getattr(args, "bitran_prefixes", None) or 0)
-    every = getattr(args, "reencode_every", None)
-    args.reencode_every = 1 if every is None else int(every)
+
+
+def check_decoder_options(args):
+    """The chosen decoder's options checked by it; another decoder's option set away from its default refused (it
+    would be ignored: `--reencode-every 4` with the causal decoder trains the causal decoder)."""
+    if args.decoder_type not in DECODERS:
+        raise ValueError(f"--decoder-type {args.decoder_type!r}: not one of {sorted(DECODERS)}")
+    DECODERS[args.decoder_type].check_args(args)
+    for name, decoder in DECODERS.items():
+        if name == args.decoder_type or decoder.options is None:
+            continue
+        for option in fields(decoder.options):
+            if option.name.startswith("_"):  # FairseqDataclass's _name
+                continue
+            value = getattr(args, option.name, None)
+            if value is not None and value != getattr(decoder.options(), option.name):
+                raise ValueError(f"--{option.name.replace('_', '-')} is an option of --decoder-type {name}, not "
+                                 f"{args.decoder_type}")
 
 
 @register_model_architecture("syntax_transformer", "syntax_transformer")

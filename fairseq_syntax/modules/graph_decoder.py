@@ -69,9 +69,9 @@ class DecoderGraphConvolution(SyntaxMechanism):
         if int(cls.option(args, "decoder_gcn_layers")) < 1:
             raise ValueError(f"--decoder-gcn-layers must be >= 1, got {cls.option(args, 'decoder_gcn_layers')}")
 
-    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int, target_transitions=None):
         super().__init__(args, embed_dim, num_heads, layer_index)
-        num_labels = getattr(args, "decoder_transition_labels", None)
+        num_labels = target_transitions.num_labels if target_transitions is not None else 0
         if not num_labels:
             raise ValueError("--decoder-syntax gcn needs the target's arc labels (a --target-transitions data-bin)")
         self.layers = nn.ModuleList(

@@ -21,7 +21,9 @@ declares, once:
   needs_target_transitions
                     a decoder mechanism that reads the generated target graph: it finds the decoder context
                     (modules/decoder_context.py: prefix tokens, prefix graph, which edges each column may use) in
-                    its syntax argument under DECODER_CONTEXT, and the model needs a --target-transitions data-bin
+                    its syntax argument under DECODER_CONTEXT, and the model needs a --target-transitions data-bin;
+                    its constructor also gets `target_transitions` (TargetTransitions: the target dictionary's
+                    token classes and arc labels, e.g. the number of labels), a keyword only such mechanisms take
   features          the batch features it consumes (names in fairseq_syntax.data.features.FEATURES); a mechanism
                     whose options change what it reads lists them all and says which in `features_for(args)`
   training_features features it uses when the data has them (for a training loss, e.g. LISA's parent loss) and
@@ -104,15 +106,12 @@ class SyntaxMechanism(nn.Module):
 
     @classmethod
     def add_args(cls, parser):
-        if cls.options is not None:
-            # no argparse defaults: architecture presets fill what the command line leaves unset
-            gen_parser_from_dataclass(parser, cls.options(), delete_default=True)
+        add_declared_options(parser, cls.options)
 
     @classmethod
     def option(cls, args, name: str):
         """The option's value in the model args, else its declared default."""
-        value = getattr(args, name, None)
-        return value if value is not None else getattr(cls.options(), name)
+        return declared_option(cls.options, args, name)
 
     @classmethod
     def loss_weights(cls, args) -> Dict[str, float]:
@@ -186,6 +185,19 @@ def parse_layers(spec: str, num_layers: int, option: str):
     if not layers or layers[0] < 0 or layers[-1] >= num_layers:
         raise ValueError(f"{option}={spec!r}: layers must be in 0..{num_layers - 1}")
     return layers
+
+
+def add_declared_options(parser, options: Optional[Type[FairseqDataclass]]) -> None:
+    """The options of a dataclass (a mechanism's, a decoder's) on the model's parser, with no argparse defaults:
+    architecture presets fill what the command line leaves unset, and `declared_option` the rest."""
+    if options is not None:
+        gen_parser_from_dataclass(parser, options(), delete_default=True)
+
+
+def declared_option(options: Type[FairseqDataclass], args, name: str):
+    """An option's value in the model args, else the default its dataclass declares (the one place it is)."""
+    value = getattr(args, name, None)
+    return value if value is not None else getattr(options(), name)
 
 
 @dataclass

@@ -45,8 +45,8 @@ class ParentAttention(SyntaxMechanism):
         if head < 0 or (heads is not None and head >= heads):
             raise ValueError(f"--parent-head {head}: the decoder has {heads} attention heads (0-based)")
 
-    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
-        super().__init__(args, embed_dim, num_heads, layer_index)
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int, target_transitions=None):
+        super().__init__(args, embed_dim, num_heads, layer_index)  # (its graph comes with the decoder context)
         self.head = int(self.option(args, "parent_head"))
 
     def forward(self, x: Tensor, syntax, key_padding_mask, incremental_state=None) -> ScoreModification:

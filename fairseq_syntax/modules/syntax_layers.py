@@ -22,15 +22,24 @@ def _ordered_losses(names, losses: Dict[str, Tensor]):
     return tuple(losses[name] for name in names)
 
 
+def build_mechanism(mechanism, args, embed_dim: int, num_heads: int, layer_index: int, target_transitions=None):
+    """A mechanism built for its layer (layer_index -1: the side as a whole); one that reads the generated target
+    graph also gets the target dictionary's transition system."""
+    if mechanism.needs_target_transitions:
+        return mechanism(args, embed_dim, num_heads, layer_index, target_transitions=target_transitions)
+    return mechanism(args, embed_dim, num_heads, layer_index)
+
+
 def _unpack(output):
     """A mechanism returns its output, or (output, {auxiliary loss name: value})."""
     return output if isinstance(output, tuple) else (output, {})
 
 
 class _SyntaxLayerMixin:
-    def _init_syntax(self, args, mechanism, layer_index):
+    def _init_syntax(self, args, mechanism, layer_index, target_transitions=None):
         # plain attributes, set before nn.Module.__init__ runs build_self_attention
         self.syntax_args, self.mechanism_class, self.layer_index = args, mechanism, layer_index
+        self.target_transitions = target_transitions
 
     def _syntax_heads(self, default: int) -> int:
         return self.mechanism_class.attention_heads(self.syntax_args, default) if self.mechanism_class else default
@@ -38,7 +47,8 @@ class _SyntaxLayerMixin:
     def _build_mechanism(self, shape: str, embed_dim: int, num_heads: int):
         if self.mechanism_class is None or self.mechanism_class.shape != shape:
             return None
-        return self.mechanism_class(self.syntax_args, embed_dim, num_heads, self.layer_index)
+        return build_mechanism(self.mechanism_class, self.syntax_args, embed_dim, num_heads, self.layer_index,
+                               self.target_transitions)
 
     def _finish_syntax_init(self, embed_dim, num_heads):
         self.syntax_module = None
@@ -130,8 +140,9 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
     """fairseq's decoder layer with an optional syntax mechanism of any shape; incremental decoding included (the
     mechanism gets the incremental state and keeps its own per-hypothesis state there)."""
 
-    def __init__(self, cfg, no_encoder_attn=False, args=None, mechanism=None, layer_index: int = 0):
-        self._init_syntax(args, mechanism, layer_index)
+    def __init__(self, cfg, no_encoder_attn=False, args=None, mechanism=None, layer_index: int = 0,
+                 target_transitions=None):
+        self._init_syntax(args, mechanism, layer_index, target_transitions)
         super().__init__(cfg, no_encoder_attn)
         unsupported = [name for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
                        if getattr(self, name, None) is not None] + (["cross_self_attention"]

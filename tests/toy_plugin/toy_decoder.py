@@ -11,10 +11,12 @@ simple; tests/test_toy_decoder.py checks what it computes, nothing of it is mean
 The prefix mix reads the arc scores, so the translation loss trains them (there is no graph loss). Every column
 depends on the columns before it only, so beam search keeps the GRU's hidden state and the columns' states in the
 incremental state and computes the newest column alone, which gives what the full forward gives."""
-from typing import Dict, List, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
@@ -24,20 +26,24 @@ from fairseq_syntax.modules.target_graph import predicted_tree
 STATE_KEY = "toy_graph_gru"
 
 
+@dataclass
+class ToyGraphOptions(FairseqDataclass):
+    # (every registered decoder's options are on the parser whichever --decoder-type is chosen: the name carries
+    # the decoder's)
+    toy_graph_hidden_dim: Optional[int] = field(default=None, metadata={
+        "help": "width of the toy graph decoder's GRU states (default: --decoder-embed-dim)"})
+
+
 @register_decoder("toy_graph_gru")
 class ToyGraphDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
     predicts_graph = True  # --trees-out writes the trees of hypothesis_trees
 
-    @staticmethod
-    def add_decoder_args(parser):
-        # added whatever --decoder-type is chosen: the option's name carries the decoder's
-        parser.add_argument("--toy-graph-hidden-dim", type=int, metavar="H",
-                            help="width of the toy graph decoder's GRU states (default: --decoder-embed-dim)")
+    options = ToyGraphOptions
 
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False):
         super().__init__(dictionary)
         embed_dim = embed_tokens.embedding_dim
-        hidden = int(getattr(cfg, "toy_graph_hidden_dim", None) or embed_dim)
+        hidden = int(self.option(cfg, "toy_graph_hidden_dim") or embed_dim)
         self.padding_idx = embed_tokens.padding_idx
         self.max_target_positions = cfg.max_target_positions
         self.embed_tokens = embed_tokens
