@@ -36,7 +36,7 @@ from ..data.features import FEATURES
 from ..modules import MechanismChoices, SyntaxDecoderLayer
 from ..modules.syntax_layers import build_mechanism
 from ..modules.decoder_context import DecoderContext, PrefixScanner, TargetTransitions
-from ..modules.mechanisms import DECODER_CONTEXT, add_declared_options, declared_option
+from ..modules.mechanisms import DECODER_CONTEXT, SyntaxInputs, add_declared_options, declared_option
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
 # name -> decoder class. Chosen by --decoder-type NAME of the syntax_transformer family (or a preset giving
@@ -300,7 +300,7 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
-                         alignment_heads: Optional[int] = None, syntax: Optional[Dict[str, Tensor]] = None):
+                         alignment_heads: Optional[int] = None, syntax: Optional[SyntaxInputs] = None):
         syntax = dict(syntax or {})
         context = self.decoder_context(prev_output_tokens, incremental_state)
         if context is not None:
@@ -430,7 +430,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
-                         alignment_heads: Optional[int] = None, syntax: Optional[Dict[str, Tensor]] = None):
+                         alignment_heads: Optional[int] = None, syntax: Optional[SyntaxInputs] = None):
         syntax = dict(syntax or {})
         if incremental_state is not None:
             return self.generation_step(prev_output_tokens, encoder_out, syntax, incremental_state)
@@ -540,10 +540,14 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         chosen = self.view_rows(lengths, width)
         features = None
         auxiliary_losses: Dict[str, Tensor] = {}
-        # features follow their sentence into each view; those aligned with the target's columns are cut to it
-        per_sentence = {name: value for name, value in syntax.items()
-                        if torch.is_tensor(value) and value.dim() >= 1 and value.size(0) == batch}
-        column_aligned = {name for name in per_sentence if name in FEATURES and
+        # features (one row per sentence) follow their sentence into each view; those aligned with the target's
+        # columns are cut to it. The decoder context, the one other entry, is cut per view (DecoderContext.view)
+        per_sentence = {name: value for name, value in syntax.items() if name in FEATURES}
+        unknown = set(syntax) - set(per_sentence) - {DECODER_CONTEXT}
+        if unknown:
+            raise ValueError(f"BiTran's views cannot cut the syntax entries {sorted(unknown)}: not batch features "
+                             f"(data/features.py FEATURES) nor the decoder context")
+        column_aligned = {name for name in per_sentence if
                           FEATURES[name].alignment in ("target", "prev_output") and
                           FEATURES[name].kind not in ("word_value", "edge_value")}
         embedded = self.embed(prev_output_tokens)  # (T, B, C), once per sentence for all its views

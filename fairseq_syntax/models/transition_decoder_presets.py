@@ -17,14 +17,14 @@ from .syntax_transformer import base_syntax_transformer
 
 MEDIUM = dict(layers=4, embed_dim=256, ffn_embed_dim=1024, heads=8, dropout=0.1)
 LARGE = dict(layers=6, embed_dim=512, ffn_embed_dim=2048, heads=8, dropout=0.1)
-DECODERS = {  # family -> (decoder type, decoder mechanisms)
+FAMILIES = {  # preset family -> (its decoder type, its decoder mechanisms)
     "bitran": ("bitran", "none"),
     "parent": ("bitran", "parent"),
     "gcn_decoder": ("bitran", "gcn"),
 }
 SIZES = {"tiny": TINY, "multi30k": MULTI30K, "medium": MEDIUM, "large": LARGE}
 
-for _family, (_decoder_type, _mechanisms) in DECODERS.items():
+for _family, (_decoder_type, _mechanisms) in FAMILIES.items():
     register_family("syntax_transformer", f"transformer_{_family}", {
         f"_{size}": Preset(f"{_family} decoder ({_decoder_type}, decoder syntax {_mechanisms}) at the {size} size",
                            sizes)

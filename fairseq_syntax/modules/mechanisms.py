@@ -47,12 +47,15 @@ module's `reorder_incremental_state`; store copies, never views of `prev_output_
 rewrites in place between steps.
 """
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, Type, Union
 
 import torch.nn as nn
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .decoder_context import DecoderContext
 
 LAYER_SHAPES = ("score_modifier", "added_module", "self_attention")
 SHAPES = LAYER_SHAPES + ("embedding",)
@@ -90,6 +93,10 @@ class ScoreModification:
 
 
 DECODER_CONTEXT = "decoder_context"  # the syntax entry of the decoder context (modules/decoder_context.py)
+# what a layer and its mechanism get as `syntax`: the batch's features by name (data/features.py FEATURES, each a
+# tensor with one row per sentence) and, in a decoder whose mechanisms read the prefix graph, the DecoderContext
+# under DECODER_CONTEXT (the one entry that is not a feature)
+SyntaxInputs = Dict[str, Union[Tensor, "DecoderContext"]]
 
 
 class SyntaxMechanism(nn.Module):

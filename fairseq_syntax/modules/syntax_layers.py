@@ -12,6 +12,7 @@ import torch
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
+from .mechanisms import SyntaxInputs
 from .syntax_attention import SyntaxBiasedSelfAttention
 
 
@@ -114,7 +115,7 @@ class SyntaxEncoderLayer(_SyntaxLayerMixin, TransformerEncoderLayerBase):
             score_modifier=self._build_mechanism("score_modifier", embed_dim, num_heads))
 
     def forward(self, x, encoder_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor] = None,
-                syntax: Optional[Dict[str, Tensor]] = None):
+                syntax: Optional[SyntaxInputs] = None):
         # fairseq's TransformerEncoderLayerBase.forward, with the mechanism's sublayers
         if attn_mask is not None:
             attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
@@ -164,7 +165,7 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
     def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
                 incremental_state=None, self_attn_mask: Optional[Tensor] = None,
                 self_attn_padding_mask: Optional[Tensor] = None, need_attn: bool = False,
-                need_head_weights: bool = False, syntax: Optional[Dict[str, Tensor]] = None, query_start: int = 0,
+                need_head_weights: bool = False, syntax: Optional[SyntaxInputs] = None, query_start: int = 0,
                 encoder_attn_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None):
         # fairseq's TransformerDecoderLayerBase.forward (without its rarely used scaling options), with the
         # mechanism's sublayers. `query_start`: compute the columns from it on only (their self-attention sees
