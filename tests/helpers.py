@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Optional
 
@@ -149,3 +150,18 @@ def marked_slow(values, slow):
     import pytest
 
     return [pytest.param(value, marks=pytest.mark.slow) if value in slow else value for value in values]
+
+
+def byte_pieces(char):
+    """sentencepiece's byte-fallback pieces of a character outside the vocabulary."""
+    return [f"<0x{byte:02X}>" for byte in char.encode("utf-8")]
+
+
+def assert_conllu_lines_are_whole(text):
+    """Every line of `text` is a comment, a word line of 10 columns, or the blank line that ends a sentence, and no
+    character breaks a line but the newline (Unicode's line and paragraph separators included: str.splitlines
+    breaks at them)."""
+    assert text.splitlines() == text.split("\n")[:-1], text
+    for line in text.split("\n"):
+        assert line == "" or line.startswith("# ") or len(line.split("\t")) == 10, line
+    assert not [char for char in text if unicodedata.category(char) == "Cc" and char not in "\t\n"], text

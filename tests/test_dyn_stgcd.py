@@ -13,6 +13,7 @@ import torch
 import fairseq_syntax  # noqa: F401
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
+from fairseq_syntax.data.conllu_output import conllu_field
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.models.dyn_stgcd import GRAPH_LOSS
 from fairseq_syntax.modules.dynamic_gcn import GRAPH_ATTENTION_SCORES
@@ -22,8 +23,8 @@ from fairseq_syntax.modules.target_graph import (
 )
 
 from .helpers import (
-    REPO, USER_DIR, assert_incremental_decoding_equals_full, cli_common, four_hypotheses_of_one_source, run_cli,
-    train_few_updates, write_ewt_sample,
+    REPO, USER_DIR, assert_conllu_lines_are_whole, assert_incremental_decoding_equals_full, byte_pieces, cli_common,
+    four_hypotheses_of_one_source, run_cli, train_few_updates, write_ewt_sample,
 )
 
 TRAIN, VALID = 60, 12
@@ -58,10 +59,12 @@ def build(destdir, *options):
     return task, model
 
 
-def spaced_words(text):
-    """The words of a detokenized hypothesis as the trees have them: split at spaces only (sentencepiece's word
-    boundary); str.split() would also split at characters such as U+001C, which a sampled piece may hold."""
-    return [word for word in text.split(" ") if word]
+def tree_words(text):
+    """The words of a detokenized hypothesis as its tree writes them: split at spaces only (sentencepiece's word
+    boundary; str.split() would also split at characters such as U+001C, which a sampled piece may hold), each as
+    a CoNLL-U field (control characters left out, whitespace ones as a space, `_` for a word with nothing
+    visible)."""
+    return [conllu_field(word) for word in text.split(" ") if word]
 
 
 def is_tree(heads):
@@ -284,7 +287,7 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
     assert [int(s.metadata["sent_id"]) for s in written] == list(range(VALID))
     for sentence in written:
         words = [token["form"] for token in sentence]
-        assert words == (spaced_words(detokenized[int(sentence.metadata["sent_id"])]) or ["_"])
+        assert words == (tree_words(detokenized[int(sentence.metadata["sent_id"])]) or ["_"])
         assert all(0 <= token["head"] <= len(words) and token["head"] != token["id"] for token in sentence)
         assert is_tree([token["head"] for token in sentence])  # decoded into a tree: one root, no cycle
         assert all(token["deprel"] in (None, "_") for token in sentence)  # arcs only: no made-up label
@@ -311,7 +314,7 @@ def test_train_and_generate_through_the_cli(parsed_bin, tmp_path, arch):
         assert sorted(by_name) == sorted(name(i, rank) for i in range(VALID) for rank in (0, 1))
         for i, texts in hypotheses.items():
             for rank, text in enumerate(texts):
-                assert by_name[name(i, rank)] == (spaced_words(text) or ["_"])
+                assert by_name[name(i, rank)] == (tree_words(text) or ["_"])
         # the references forced (--score-reference, Li et al.'s B.3 measure, as compare.py reads it): one tree per
         # sentence over the reference's own words
         forced_trees = tmp_path / "forced.conllu"
@@ -431,6 +434,46 @@ def test_trees_out_needs_a_decoder_that_makes_a_graph(parsed_bin, tmp_path):
                 task.build_generator([model], cfg.generation)
         else:
             task.build_generator([model], cfg.generation)
+
+
+def test_graph_trees_carry_no_control_character_and_no_word_without_text(parsed_bin, tmp_path, caplog):
+    """Issue 79: a hypothesis sampled from an early model holds sentencepiece's byte-fallback pieces of control
+    characters (a tab, a newline, NUL, U+001C) and of characters with nothing to see (a zero width space), which
+    --trees-out wrote into FORM and `# text` raw: a tab or a newline broke the columns or the lines of CoNLL-U.
+    Every word of the decoder's graph is still written (its heads are read from the graph), with control characters
+    left out (whitespace ones as a space, and logged), and a word with nothing visible as `_`."""
+    _, destdir = parsed_bin
+    trees_out = tmp_path / "trees.conllu"
+    task, model = build(destdir, "--trees-out", str(trees_out))
+    dictionary = task.target_dictionary
+    initial = [s for s in dictionary.symbols if s.startswith("\u2581") and s[1:].isascii() and s[1:].isalpha()][:3]
+    inner = [s for s in dictionary.symbols if s.isascii() and s.isalpha()][:3]
+    words = [[initial[0], "<0x09>", inner[0]], ["\u2581", "<0x00>"], ["\u2581", *byte_pieces("\u200b")],
+             [initial[1], "<0x0A>", inner[1]], [initial[2], "<0x1C>"], ["\u2581", "<0x09>", inner[2]]]
+    expected = [f"{initial[0][1:]} {inner[0]}", "_", "_", f"{initial[1][1:]} {inner[1]}", initial[2][1:], inner[2]]
+    sample = shortest(task, 2)
+    pieces = [[piece for word in words for piece in word], [initial[0]]]
+    assert all(dictionary.index(piece) != dictionary.unk() for sentence in pieces for piece in sentence)
+    hypos = [[{"tokens": torch.tensor([dictionary.index(piece) for piece in sentence] + [dictionary.eos()])}]
+             for sentence in pieces]
+
+    class GivenHypotheses:  # fairseq's generator interface, "generating" the hypotheses above
+        def generate(self, models, sample, **kwargs):
+            return hypos
+
+    with caplog.at_level("WARNING"):
+        task.inference_step(GivenHypotheses(), [model], sample)
+    text = trees_out.read_text(encoding="utf-8")
+    assert_conllu_lines_are_whole(text)
+    ids = sample["id"].tolist()
+    by_id = {s.metadata["sent_id"]: s for s in conllu.parse(text)}
+    assert sorted(by_id) == sorted(str(i) for i in ids)
+    sentence = by_id[str(ids[0])]
+    assert [token["form"] for token in sentence] == expected
+    assert sentence.metadata["text"] == " ".join(expected)
+    assert is_tree([token["head"] for token in sentence])
+    assert [token["form"] for token in by_id[str(ids[1])]] == [initial[0][1:]]
+    assert "control character" in caplog.text
 
 
 def test_word_level_distillation_adds_the_teachers_soft_targets(parsed_bin, tmp_path):

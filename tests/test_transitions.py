@@ -40,6 +40,8 @@ from fairseq_syntax.data.transition_tokens import (
 )
 from fairseq_syntax.tasks.constrained_generation import transition_mask
 
+from .helpers import assert_conllu_lines_are_whole, byte_pieces
+
 M = "\u2581"
 MARK = "<attached>"  # the attached-word mark, spelled here (not imported) so that the tests pin the format
 ALL_MOVES = (WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, WORD_MARK_ONLY, WORD_CONTINUE_NO_TEXT)
@@ -484,6 +486,47 @@ def test_conllu_output_carries_no_control_characters(caplog):
     assert [line.split("\t")[1] for line in lines[1:]] == ["a b", "c"]
     assert not [char for char in text if unicodedata.category(char) == "Cc" and char not in "\t\n"]
     assert "control character" in caplog.text
+
+
+# characters with nothing to see, of more than one byte in UTF-8: format characters (Unicode Cf: a zero width
+# space, a byte order mark, a soft hyphen), whitespace other than ASCII's (a no-break and an ideographic space) and
+# a combining mark with no character to combine with
+INVISIBLE_CHARACTERS = ("\u200b", "\ufeff", "\u00ad", "\u00a0", "\u3000", "\u0301")
+
+
+def test_a_piece_that_begins_a_word_with_no_visible_character_makes_no_word():
+    """Issue 79: "\u2581" followed by characters with nothing to see spells a space and nothing of a word, as a lone
+    "\u2581" does: it is in the class of a lone "\u2581", so its word waits for a piece with text (the validity
+    function and the generator's mask alike); a continuation piece of such characters is no text either."""
+    for char in INVISIBLE_CHARACTERS:
+        assert token_class(M + char) == WORD_MARK_ONLY, repr(char)
+        assert token_class(char) == WORD_CONTINUE_NO_TEXT, repr(char)
+        for empty in ([M + "a", M + char, "RIGHT-ARC:x"], [M + "a", MARK, char, "RIGHT-ARC:x"]):
+            with pytest.raises(InvalidTransitionError, match="cannot be empty"):
+                parse_transitions(empty)
+        with pytest.raises(InvalidTreeError, match="no text"):
+            mark_attached_words([M + "a", M + char], [0, 1])
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", M + "a", "b", M + "\u200b", "LEFT-ARC:x", "RIGHT-ARC:x"]
+    prefix = torch.tensor([[2, symbols.index(M + "a"), symbols.index(M + "\u200b")]])
+    allowed = transition_mask(prefix, target_token_classes(symbols, word_level=False))[0]
+    assert [symbol for symbol, ok in zip(symbols, allowed) if ok] == ["b"]  # the word's text must come
+
+
+def test_conllu_output_writes_no_word_with_only_invisible_characters(caplog):
+    """Issue 79: sampled byte-fallback pieces may spell a character of several bytes with nothing to see, which no
+    single piece shows (a byte from 0x80 up counts as text): such a word is written `_`, CoNLL-U's "not given",
+    as an empty one is, and the text keeps the character. A line or paragraph separator (Unicode Zl, Zp) inside a
+    word is whitespace written as a space, as a tab is, and a C1 control character (U+0085) is left out as a
+    space."""
+    for char in INVISIBLE_CHARACTERS + ("\u2028", "\u2029", "\u0085"):
+        text = to_conllu([M + "a", M, *byte_pieces(char), "RIGHT-ARC:x"], sent_id="s")
+        assert_conllu_lines_are_whole(text)
+        assert conllu_forms(text) == ["a", "_"], repr(char)
+    for char, written in (("\u2028", "a b"), ("\u2029", "a b"), ("\u0085", "a b"), ("\u200b", "a\u200bb")):
+        text = to_conllu([M + "a", *byte_pieces(char), "b", M + "c", "RIGHT-ARC:x"])
+        assert_conllu_lines_are_whole(text)
+        assert conllu_forms(text) == [written, "c"], repr(char)
+        assert text.startswith(f"# text = {written} c\n")
 
 
 # ---- the treebanks -------------------------------------------------------------------------------------------

@@ -23,3 +23,15 @@ def parser_view(sentence: str) -> str:
     """What parsers see: whitespace runs as single spaces (spaCy would make words of the others). Words are
     located back in the original sentence afterwards (parsers.base.realign)."""
     return " ".join(sentence.split())
+
+
+def is_visible(char: str) -> bool:
+    """Whether a character shows something of its own: not a control or format character, not whitespace, not
+    unassigned or private (str.isprintable), and not a combining mark, which shows only on the character before it
+    (a word of combining marks alone has nothing to combine with)."""
+    return char.isprintable() and not char.isspace() and unicodedata.category(char) not in ("Mn", "Me")
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether `text` has a character one can see (is_visible): what a word needs to be one."""
+    return any(is_visible(char) for char in text)

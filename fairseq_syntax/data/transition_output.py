@@ -1,15 +1,12 @@
 """A finished transition sequence read out: its text (sentencepiece pieces decoded), its tree, and CoNLL-U."""
-import logging
-import unicodedata
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+from .conllu_output import format_conllu_sentence
 from .transition_errors import InvalidTransitionError
 from .transition_state import TransitionState, parse_transitions
 from .transition_tokens import (
     ATTACHED_MARK, BYTE_PIECE, ROOT_LABEL, WORD_MARK, WordRule, starts_with_word_mark, strip_transitions,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def _decode(pieces: Sequence[str]) -> str:
@@ -82,38 +79,16 @@ def transitions_to_tree(tokens: Sequence[str], word_ids: Optional[Sequence[int]]
     return Tree(words, heads, labels)
 
 
-def _without_control_characters(text: str) -> str:
-    """`text` with no control character (Unicode Cc): a tab or a newline would break CoNLL-U's columns and lines,
-    and a sampled byte piece may spell any other (<0x00>, <0x7F>). Whitespace ones become a space (they still
-    separate what they stand between), the others are left out."""
-    return "".join((" " if char.isspace() else "") if unicodedata.category(char) == "Cc" else char for char in text)
-
-
-def _conllu_field(text: str) -> str:
-    text = _without_control_characters(text).strip(" ")
-    return text if text else "_"
-
-
 def to_conllu(tokens: Sequence[str], word_ids: Optional[Sequence[int]] = None, root_label: str = ROOT_LABEL,
               sent_id: Optional[str] = None, word_initial: WordRule = starts_with_word_mark) -> str:
     """A finished transition sequence as one CoNLL-U sentence (ID, FORM, HEAD, DEPREL filled, SpaceAfter=No in
     MISC where the next word has no whitespace before it, `# text` from the pieces), ending with a blank line.
-    No control character is written (the last line of defence: a sampled piece after a word's text may spell one),
-    and leaving them out is logged."""
+    No control character is written, and no word with nothing visible (conllu_output.py: the last line of defence,
+    a sampled piece after a word's text may spell a control character, and byte pieces a character with nothing
+    to see)."""
     state = _finished_state(tokens, word_ids, word_initial)
     words, spaces = _word_texts(state)
     labels = list(state.labels)
     labels[state.stack[0]] = root_label
-    lines = []
-    if sent_id is not None:
-        lines.append(f"# sent_id = {_conllu_field(sent_id)}")
-    text = sequence_text(state.tokens)
-    if _without_control_characters(text) != text:  # every word's text is part of the sentence's
-        logger.warning("CoNLL-U sentence %s: control characters left out of its words and text (whitespace ones "
-                       "as a space): %r", sent_id, text)
-    lines.append("# text = " + _without_control_characters(text))
-    for index, (word, head, label) in enumerate(zip(words, state.heads, labels)):
-        misc = "SpaceAfter=No" if index + 1 < len(words) and not spaces[index + 1] else "_"
-        lines.append("\t".join([str(index + 1), _conllu_field(word), "_", "_", "_", "_", str(head), label, "_",
-                                misc]))
-    return "\n".join(lines) + "\n\n"
+    return format_conllu_sentence(words, spaces, state.heads, labels, sent_id=sent_id,
+                                  text=sequence_text(state.tokens))

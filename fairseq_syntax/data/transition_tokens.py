@@ -32,19 +32,23 @@ by a continuation piece (class WORD_MARK_ONLY; an empty word is invalid), and it
 word's surface form are the pieces' ("bark" "<attached>" "." -> "bark."). A word vocabulary needs no mark (every
 token is a word).
 Empty words. A piece that is only "\u2581" spells a space and nothing of a word: sentencepiece writes it before a
-word whose first piece it has only without the mark ("\u2581" "\u00c4" ...). It is in the same class as the mark
-(WORD_MARK_ONLY: it begins a word, and a continuation piece must follow), so no generated word, and no translation,
-is empty; a parsed word that segments to such pieces alone has no text and is refused by the oracle's writer
-(`mark_attached_words`).
+word whose first piece it has only without the mark ("\u2581" "\u00c4" ...); so does "\u2581" followed by
+characters with nothing visible (a vocabulary normalised otherwise may hold "\u2581\u200b"). It is in the same
+class as the mark (WORD_MARK_ONLY: it begins a word, and a continuation piece must follow), so no generated word,
+and no translation, is empty; a parsed word that segments to such pieces alone has no text and is refused by the
+oracle's writer (`mark_attached_words`).
 Pieces with no visible character. A continuation piece may spell nothing visible either: sentencepiece's
 byte-fallback pieces of control and whitespace characters (<0x09> a tab, <0x00>, <0x7F>), which an undertrained
-model samples as often as any piece. Such a piece (class WORD_CONTINUE_NO_TEXT) continues the word like any
-continuation, but does not give it text: after a mark or a lone "\u2581" its word still waits for a piece with text.
-So it is part of the previous word after that word's text, and where a word starts it may only come before the
-word's text; it never makes a word of its own. It is not masked where a word starts: the codec writes whitespace
-before a word into the word ("\u2581" "<0x09>" "W" ...: a tab, then "Wasserfont\u00e4ne", in Multi30k's German), and
-such targets must stay valid. A byte from 0x80 up counts as text: it is part of a character outside the
-vocabulary, the rest of it in the next pieces, which one piece cannot see.
+model samples as often as any piece, and pieces of format characters (Unicode Cf: U+200B, U+00AD), of whitespace
+other than ASCII's or of combining marks alone (text_normalization.is_visible). Such a piece (class
+WORD_CONTINUE_NO_TEXT) continues the word like any continuation, but does not give it text: after a mark or a lone
+"\u2581" its word still waits for a piece with text. So it is part of the previous word after that word's text,
+and where a word starts it may only come before the word's text; it never makes a word of its own. It is not
+masked where a word starts: the codec writes whitespace before a word into the word ("\u2581" "<0x09>" "W" ...: a
+tab, then "Wasserfont\u00e4ne", in Multi30k's German), and such targets must stay valid. A byte from 0x80 up
+counts as text: it is part of a character outside the vocabulary, the rest of it in the next pieces, which one
+piece cannot see (a word of such bytes that spell nothing visible, <0xE2> <0x80> <0x8B> a zero width space, is
+written `_` in CoNLL-U: data/conllu_output.py).
 """
 import re
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -52,6 +56,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from .text_normalization import has_visible_text
 from .transition_errors import InvalidTreeError
 
 WORD_MARK = "\u2581"
@@ -147,16 +152,16 @@ WordRule = Callable[[str], bool]
 
 
 def spells_visible_text(piece: str) -> bool:
-    """Whether a piece decodes to some visible character (module doc, "Pieces with no visible character"):
-    U+2581 is a space, a byte-fallback piece of an ASCII byte is that character, one of a byte from 0x80 up counts
-    as text."""
+    """Whether a piece decodes to some visible character (module doc, "Pieces with no visible character";
+    text_normalization.is_visible): U+2581 is a space, a byte-fallback piece of an ASCII byte is that character, one
+    of a byte from 0x80 up counts as text."""
     byte = BYTE_PIECE.fullmatch(piece)
     if byte is not None:
         value = int(byte.group(1), 16)
         if value >= 0x80:
             return True
         piece = chr(value)
-    return any(char.isprintable() and not char.isspace() and char != WORD_MARK for char in piece)
+    return has_visible_text(piece.replace(WORD_MARK, ""))
 
 
 def token_class(token: str, word_initial: WordRule = starts_with_word_mark, eos: str = EOS_SYMBOL,
@@ -174,7 +179,8 @@ def token_class(token: str, word_initial: WordRule = starts_with_word_mark, eos:
         return arc[0]
     if not word_initial(token):
         return WORD_CONTINUE if spells_visible_text(token) else WORD_CONTINUE_NO_TEXT
-    return WORD_MARK_ONLY if token and not token.strip(WORD_MARK) else WORD_START  # module doc, "Empty words"
+    # module doc, "Empty words": "\u2581" and nothing visible after it (a word vocabulary's tokens have no "\u2581")
+    return WORD_MARK_ONLY if token.startswith(WORD_MARK) and not spells_visible_text(token) else WORD_START
 
 
 def mark_attached_words(pieces: Sequence[str], word_ids: Sequence[int],

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-
+from fairseq_syntax.data.conllu_output import format_conllu_sentence
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
 from fairseq_syntax.parsers.conllu_reader import read_sentences, tree_from_tokenlist
 
@@ -59,15 +59,10 @@ def read_generated(path: Path) -> List[Sentence]:
 
 def conllu_sentence(tree: ParsedSentence, sent_id: Optional[str], text: Optional[str],
                     comments: Sequence[Tuple[str, str]] = ()) -> str:
-    """One CoNLL-U sentence (ID, FORM, HEAD, DEPREL; SpaceAfter=No where the next word has no whitespace before
-    it), ending with a blank line; `comments`: further `# key = value` lines after the text."""
-    lines = [] if sent_id is None else [f"# sent_id = {sent_id}"]
-    lines.append(f"# text = {text if text is not None else tree.text}")
-    lines.extend(f"# {key} = {value}" for key, value in comments)
-    for index, (word, head, label) in enumerate(zip(tree.words, tree.heads, tree.labels)):
-        misc = "SpaceAfter=No" if index + 1 < len(tree.words) and not tree.spaces_before[index + 1] else "_"
-        lines.append("\t".join([str(index + 1), word, "_", "_", "_", "_", str(head), label or "_", "_", misc]))
-    return "\n".join(lines) + "\n\n"
+    """One CoNLL-U sentence of a tree (data/conllu_output.format_conllu_sentence: ID, FORM, HEAD, DEPREL;
+    SpaceAfter=No where the next word has no whitespace before it), ending with a blank line; `comments`: further
+    `# key = value` lines after the text."""
+    return format_conllu_sentence(tree.words, tree.spaces_before, tree.heads, tree.labels, sent_id, text, comments)
 
 
 def parse_generated(parser, sentences: List[Sentence], source: Path, batch_size: int = 256) -> List[str]:

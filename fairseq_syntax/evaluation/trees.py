@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from fairseq_syntax.data.conllu_output import ARGMAX_HEADS  # the comment of a graph decoder's raw heads
 from fairseq_syntax.parsers.base import ParsedSentence, ParseError
 from fairseq_syntax.parsers.conllu_reader import read_blocks, read_conllu
 
@@ -23,9 +24,6 @@ from .metrics import EvaluationError
 from .reporting import fmt, plots
 
 TreeForPlot = Tuple[str, ParsedSentence]  # (system name, one of its generated trees)
-# the comment a graph decoder's --trees-out gives each sentence with its raw heads (each word's argmax, before the
-# maximum-spanning-tree decoding), scored beside the tree as `argmax_uas`
-ARGMAX_HEADS = "argmax_heads"
 
 
 def read_trees(path: Path, what: str) -> List[ParsedSentence]:

@@ -1,13 +1,13 @@
 """The `syntax_translation` task: fairseq's translation task on a syntax data-bin (see fairseq_syntax/data/).
-(Over 400 lines: fairseq's task is one class whose hooks (datasets, model, generator, inference, trees) stay
-together; raw-text input and the constrained generator are modules of their own.)"""
+fairseq's task is one class whose hooks (datasets, model, generator, inference) stay together here; raw-text input
+(raw_text.py), the constrained generator (constrained_generation.py) and the trees of hypotheses (trees_out.py:
+--trees-out, the hub's trees) are modules of their own."""
 import hashlib
 import json
 import logging
 import os
 import sys
 from argparse import Namespace
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -26,6 +26,7 @@ from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
 from ..models.decoders import contract_of
 from ..modules.decoder_context import TargetTransitions
 from .raw_text import EncodedSource, InferenceDataset, RawTextEncoder
+from .trees_out import GeneratedTrees
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +68,6 @@ class SyntaxTranslationTask(TranslationTask):
         self._inference_syntax: Dict[Tuple[int, ...], SentenceSyntax] = {}
         self._unusable_inputs: List[int] = []
         self._input_lines_read = 0
-        # fairseq-interactive with --trees-out: the input lines of the batches made, in order (InferenceDataset)
-        self._interactive_batches: Optional[deque] = None
         self._buffer_first_line = 0
         data_dir = utils.split_paths(cfg.data)[0]
         self.manifest = SyntaxManifest.load(data_dir)
@@ -81,17 +80,14 @@ class SyntaxTranslationTask(TranslationTask):
         # of generation (transition_classes: the class of every target symbol)
         self.target_transitions: Optional[TargetTransitions] = None
         self.transition_classes = None
-        self._trees: Dict[Tuple[int, int], str] = {}
-        self._nbest = 1
         if (self.manifest is not None and self.manifest.target_transitions and
                 cfg.target_lang == self.manifest.target_lang):
-            from ..data.transition_channels import word_rule
-
-            self.word_rule = word_rule(self.manifest.word_level)
             self.target_transitions = TargetTransitions(tgt_dict.symbols, self.manifest.word_level)
             self.transition_classes = self.target_transitions.token_class
-        # --trees-out without target transitions: only a decoder that generates its own graph has trees to write
-        # (checked with the models, in build_generator)
+        # the trees of hypotheses (--trees-out, the hub's): without target transitions, only a decoder that
+        # generates its own graph has trees to write (checked with the models, in build_generator)
+        self.generated_trees = GeneratedTrees(cfg.trees_out, cfg.data, self.manifest, tgt_dict,
+                                              self.transition_classes)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
@@ -251,8 +247,7 @@ class SyntaxTranslationTask(TranslationTask):
                 item.tokens = torch.LongTensor([self.src_dict.eos()])
         self._buffer_first_line = self._input_lines_read
         self._input_lines_read += len(lines)
-        if self.cfg.trees_out and self._interactive_batches is None:
-            self._interactive_batches = deque()
+        self.generated_trees.log_interactive_batches()
         return [item.tokens for item in encoded], [item.tokens.numel() for item in encoded]
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
@@ -266,7 +261,8 @@ class SyntaxTranslationTask(TranslationTask):
             src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.target_dictionary,
             constraints=constraints, left_pad_source=self.cfg.left_pad_source,
             left_pad_target=self.cfg.left_pad_target, src_syntax=syntax, net_input_features=set(features),
-            unusable=unusable, batch_log=self._interactive_batches, first_line=self._buffer_first_line)
+            unusable=unusable, batch_log=self.generated_trees.interactive_batches,
+            first_line=self._buffer_first_line)
 
     def _syntax_of(self, tokens: torch.Tensor) -> Optional[SentenceSyntax]:
         syntax = self._inference_syntax.get(tuple(tokens.tolist()))
@@ -283,59 +279,8 @@ class SyntaxTranslationTask(TranslationTask):
         hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                        constraints=constraints)
         if self.cfg.trees_out:
-            ids = sample["id"].tolist() if "id" in sample else self._input_lines_of(sample["net_input"]["src_tokens"])
-            if self.transition_classes is None:
-                self._add_graph_trees(self._graph_model(models), sample, ids, hypos)
-            self._write_trees(ids, hypos)
+            self.generated_trees.add(models, sample, hypos)
         return hypos
-
-    @staticmethod
-    def _graph_model(models):
-        """The first model whose decoder generates a graph with its translation (Dyn-STGCD), or None."""
-        return next((m for m in models if contract_of(getattr(m, "decoder", None)).predicts_graph), None)
-
-    def _add_graph_trees(self, model, sample, ids: List[int], hypos) -> None:
-        """The trees of a graph-generating decoder's hypotheses (the --nbest best of each sentence): each one
-        scored again whole, which gives the graph of its last step (incremental generation equals full scoring)."""
-        from ..evaluation.parse_trees import conllu_sentence
-        from ..evaluation.trees import ARGMAX_HEADS
-        from ..data.segmentation import open_segmenter
-        from ..parsers.base import ParsedSentence
-
-        chosen = [(row, sentence_id, rank, hypo["tokens"]) for row, (sentence_id, sentence_hypos)
-                  in enumerate(zip(ids, hypos)) for rank, hypo in enumerate(sentence_hypos[:self._nbest])]
-        if not chosen:
-            return
-        rows = torch.tensor([row for row, *_ in chosen], device=sample["net_input"]["src_tokens"].device)
-        source = {name: value.index_select(0, rows) for name, value in sample["net_input"].items()
-                  if name != "prev_output_tokens" and torch.is_tensor(value)}
-        encoder_out = model.encoder(**source)
-        hypotheses = [tokens for *_, tokens in chosen]
-        trees = model.decoder.hypothesis_trees(encoder_out, hypotheses)
-        # each word's highest-scoring head, before the tree decoding: kept beside the tree as a comment, so that
-        # the evaluator reports the raw argmax's UAS with the tree's (evaluation/trees.py, ARGMAX_HEADS)
-        argmax = model.decoder.hypothesis_trees(encoder_out, hypotheses, tree=False)
-        segmenter = open_segmenter(utils.split_paths(self.cfg.data)[0], self.manifest)
-        for (_, sentence_id, rank, _), (word_pieces, heads), (_, argmax_heads) in zip(chosen, trees, argmax):
-            name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
-            # spaces only: str.strip() would also take control characters a piece may hold (U+001C), and the
-            # tree's words would no longer be the hypothesis's
-            words = [segmenter.decode(pieces).strip(" ") or "_" for pieces in word_pieces]
-            # the decoder predicts arcs only: DEPREL `_` (CoNLL-U's "not given"), so the evaluator reports no LAS
-            tree = ParsedSentence(words, [""] + [" "] * (len(words) - 1), heads, ["_"] * len(words))
-            self._trees[(sentence_id, rank)] = conllu_sentence(
-                tree, name, None, [(ARGMAX_HEADS, " ".join(str(head) for head in argmax_heads))])
-
-    def _input_lines_of(self, src_tokens: torch.Tensor) -> List[int]:
-        """The input line numbers (fairseq-interactive's sentence ids) of a batch that came without ids: the batches
-        are made and translated in the same order, so the first one logged with these tokens is it."""
-        tokens = src_tokens.cpu()
-        while self._interactive_batches:
-            lines, logged = self._interactive_batches.popleft()
-            if logged.shape == tokens.shape and torch.equal(logged, tokens):
-                return lines
-        raise RuntimeError("--trees-out: a batch without sentence ids that was not made by fairseq-interactive's "
-                           "dataset (build_dataset_for_inference); cannot tell which sentences it holds")
 
     # ---- target-side transitions (--target-transitions data-bins) ------------------------------------------------
 
@@ -344,11 +289,7 @@ class SyntaxTranslationTask(TranslationTask):
         """Generation restricts the next token by one path (constrained_generation.py): on a data-bin whose target
         has transitions, beam search (and sampling) gives invalid transitions no probability at every step; a model
         whose decoder mechanism builds a token constraint has it applied there too."""
-        self._nbest = max(1, int(getattr(args, "nbest", 1) or 1))
-        if self.cfg.trees_out and self.transition_classes is None and not self._graph_model(models):
-            raise ValueError(f"--trees-out: the target side of {self.cfg.data} has no transitions (make the data-bin "
-                             f"with fairseq-syntax-preprocess --target-parser SPEC --target-transitions), and the "
-                             f"model's decoder generates no graph of its own (--decoder-type dyn_stgcd does)")
+        self.generated_trees.prepare(models, args)
         constrained_models = [m for m in models
                               if contract_of(getattr(m, "decoder", None)).token_constraint is not None]
         if (self.transition_classes is None and not constrained_models) or getattr(args, "score_reference", False):
@@ -372,41 +313,12 @@ class SyntaxTranslationTask(TranslationTask):
     def hypothesis_conllu(self, token_ids: torch.Tensor, sent_id: Optional[str] = None) -> str:
         """The CoNLL-U of a generated transition sequence; raises ValueError on a data-bin without target
         transitions, transitions.TransitionError on an incomplete tree."""
-        from ..data.transition_output import to_conllu
-
-        return to_conllu(self._hypothesis_tokens(token_ids), sent_id=sent_id, word_initial=self.word_rule,
-                         root_label=self.manifest.target_root_label)
+        return self.generated_trees.conllu(token_ids, sent_id)
 
     def hypothesis_tree(self, token_ids: torch.Tensor, sent_id: Optional[str] = None):
         """(transitions.Tree: words, 1-based heads, labels; its CoNLL-U) of a generated transition sequence (the
         hub's trees=True); errors as hypothesis_conllu."""
-        from ..data.transition_output import transitions_to_tree
-
-        tree = transitions_to_tree(self._hypothesis_tokens(token_ids), word_initial=self.word_rule,
-                                   root_label=self.manifest.target_root_label)
-        return tree, self.hypothesis_conllu(token_ids, sent_id)
-
-    def _hypothesis_tokens(self, token_ids: torch.Tensor) -> List[str]:
-        if self.transition_classes is None:
-            raise ValueError(f"trees: the target side of {self.cfg.data} has no transitions (make the data-bin with "
-                             "fairseq-syntax-preprocess --target-parser SPEC --target-transitions)")
-        return [self.tgt_dict.symbols[i] for i in token_ids.tolist()]
-
-    def _write_trees(self, ids: List[int], hypos) -> None:
-        """Adds the trees of this batch's hypotheses and rewrites --trees-out, ordered by (sentence id, rank)."""
-        from ..data.transition_errors import TransitionError
-
-        for sentence_id, sentence_hypos in zip(ids, hypos):
-            for rank, hypo in enumerate(sentence_hypos[:self._nbest] if self.transition_classes is not None else []):
-                name = str(sentence_id) if rank == 0 else f"{sentence_id}.{rank}"
-                try:
-                    self._trees[(sentence_id, rank)] = self.hypothesis_conllu(hypo["tokens"], name)
-                except TransitionError as error:  # cannot happen with the masked generator; reported, not hidden
-                    logger.warning("--trees-out: hypothesis %s is not a complete tree (%s); left out", name, error)
-        path = self.cfg.trees_out
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.writelines(self._trees[key] for key in sorted(self._trees))
-        os.replace(path + ".tmp", path)
+        return self.generated_trees.tree(token_ids, sent_id)
 
     def _source_features(self, src_tokens: torch.Tensor, names) -> Dict[str, torch.Tensor]:
         rows = [row[row.ne(self.src_dict.pad())].cpu() for row in src_tokens]
