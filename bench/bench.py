@@ -152,7 +152,7 @@ def transition_target_words(data_bin: Path) -> Optional[dict]:
     (target_words.target_token_counts) and the share of words among the training targets' tokens."""
     from fairseq.data import Dictionary, indexed_dataset
     from fairseq_syntax.data.channels import SyntaxManifest
-    from fairseq_syntax.data.transition_channels import target_token_classes
+    from fairseq_syntax.data.transitions.channels import target_token_classes
 
     manifest = SyntaxManifest.load(str(data_bin))
     if manifest is None or not manifest.target_transitions:

@@ -47,7 +47,7 @@ def main(argv=None):
     import numpy as np
     from fairseq.data import Dictionary, data_utils
 
-    from fairseq_syntax.data.transition_channels import target_token_classes
+    from fairseq_syntax.data.transitions.channels import target_token_classes
 
     target = DIRECTION[1]
     dictionary = Dictionary.load(str(data_bin / f"dict.{target}.txt"))

@@ -1,4 +1,4 @@
-"""Parameter counts of the recurrent presets at the paper's size (fairseq_syntax/models/lstm_presets.py: `lstm_birnn2`,
+"""Parameter counts of the recurrent presets at the paper's size (fairseq_syntax/models/presets/lstm.py: `lstm_birnn2`,
 `lstm_gcn`, `lstm_rgse` and its --rgse-variant), next to Ding & Tao's Table 2 (NC-v11 En-De), in the GRU form (the
 presets' default) and the LSTM form (--rnn-cell lstm). Separate source and target vocabularies, no shared embeddings
 (English words against German BPE pieces, as Bastings et al. and the RGSE paper's NC-v11 setting have them).
@@ -17,7 +17,7 @@ import torch
 from fairseq.data import Dictionary
 
 import fairseq_syntax  # noqa: F401  (registers the models and presets)
-from fairseq_syntax.models.lstm_presets import lstm_birnn2, lstm_gcn, lstm_rgse
+from fairseq_syntax.models.presets.lstm import lstm_birnn2, lstm_gcn, lstm_rgse
 from fairseq_syntax.models.syntax_lstm import SyntaxLSTMModel
 
 PAPER_BASELINE = 62.3e6

@@ -2,7 +2,7 @@
 
 fairseq's train wps counts every target token of a batch (EOS included). On a plain data-bin those are the
 sentencepiece pieces and EOS; on a transition data-bin they also hold the LEFT-ARC:l / RIGHT-ARC:l tokens and the
-attached-word marks (fairseq_syntax/data/transition_tokens.py), about as many again. So that words/s means the same for
+attached-word marks (fairseq_syntax/data/transitions/tokens.py), about as many again. So that words/s means the same for
 every system, the Linearized system's are counted as vanilla's are: pieces + EOS, nothing else (`word_share`).
 
 Generation is forced to a fixed length for every system (bench.py `generate`): 25 pieces for a plain decoder; a
@@ -12,7 +12,7 @@ with on average in the data (`forced_lengths`), minimum and maximum alike (the v
 from typing import Dict, Tuple
 
 # the counting is the package's (compare.py records train words/s with it): re-exported for the benches
-from fairseq_syntax.data.transition_channels import PIECE_CLASSES, target_token_counts, word_share  # noqa: F401
+from fairseq_syntax.data.transitions.channels import PIECE_CLASSES, target_token_counts, word_share  # noqa: F401
 
 WORD_COUNT_METHOD = ("target words = pieces + EOS, as fairseq's wps counts them on a plain data-bin (arc tokens "
                      "and attached-word marks left out): fairseq wps x (pieces + EOS) / all target tokens of the "

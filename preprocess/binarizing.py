@@ -10,7 +10,7 @@ from tqdm import tqdm
 from fairseq.data import indexed_dataset
 from fairseq_syntax.data import multitask
 from fairseq_syntax.data.channels import TREE_CHANNELS
-from fairseq_syntax.data.transition_channels import TRANSITION_CHANNELS
+from fairseq_syntax.data.transitions.channels import TRANSITION_CHANNELS
 from .option_checks import LDD_WRITES
 from .reading import SplitData
 from .reports import write_reports

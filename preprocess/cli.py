@@ -19,7 +19,7 @@ pairs plus, in train, a parse pair (source -> linearized source tree) of every l
 
 With --target-transitions, the target tokens are the transition sequence of the --target-parser tree (pieces
 interleaved with LEFT-ARC:l / RIGHT-ARC:l tokens, fairseq_syntax/data/transition_*.py), the arc tokens are appended to
-the target dictionary, and the target side carries the graph of every prefix (transition_channels.py); pairs whose
+the target dictionary, and the target side carries the graph of every prefix (data/transitions/channels.py); pairs whose
 target tree is not projective are dropped (docs/methods.md, "Target-side transitions").
 """
 from . import startup_clock  # noqa: F401  (first: starts the clock of startup before the imports below)

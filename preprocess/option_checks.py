@@ -11,7 +11,7 @@ from fairseq_syntax.data.channels import MANIFEST_NAME, SENTENCEPIECE, SyntaxMan
 from fairseq_syntax.data.dependency_distributions import (
     DEFAULT_MASS, DEFAULT_MAX_HEADS, LABEL_GROUP_CHANNEL, LDD_CHANNELS,
 )
-from fairseq_syntax.data.transition_channels import TRANSITION_CHANNELS
+from fairseq_syntax.data.transitions.channels import TRANSITION_CHANNELS
 from fairseq_syntax.data.word_codec import DEFAULT_MIN_COUNT
 
 DEFAULT_SPM_VOCAB_SIZE = 8000

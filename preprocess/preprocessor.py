@@ -12,8 +12,8 @@ from fairseq_syntax.data.channels import (
 )
 from fairseq_syntax.data.sentencepiece_codec import VocabularyTooSmallError, WordAlignedEncoder, train_sentencepiece
 from fairseq_syntax.data.syntax_channels import SyntaxChannelWriter
-from fairseq_syntax.data.transition_channels import transition_syntaxes, word_rule
-from fairseq_syntax.data.transition_tokens import ROOT_LABEL, is_arc, transition_vocabulary
+from fairseq_syntax.data.transitions.channels import transition_syntaxes, word_rule
+from fairseq_syntax.data.transitions.tokens import ROOT_LABEL, is_arc, transition_vocabulary
 from fairseq_syntax.data.word_codec import WordCodec
 from fairseq_syntax.parsers.sentence_channels import build_side_parser, tree_syntax
 from .binarizing import Binarizing

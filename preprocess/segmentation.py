@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 from fairseq.data import Dictionary
 from fairseq_syntax.data import multitask
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
-from fairseq_syntax.data.transition_tokens import is_arc
+from fairseq_syntax.data.transitions.tokens import is_arc
 from fairseq_syntax.data.word_codec import count_tokens, vocabulary
 from .reading import SplitData
 

@@ -2,11 +2,11 @@
 is not projective are dropped, or the tree lifted with --projectivize), and the root label decoding gives."""
 from collections import Counter
 
-from fairseq_syntax.data.transition_channels import transition_sequence, word_rule
-from fairseq_syntax.data.projectivity import crossing_arcs, projectivize
+from fairseq_syntax.data.transitions.channels import transition_sequence, word_rule
+from fairseq_syntax.data.transitions.projectivity import crossing_arcs, projectivize
 from fairseq_syntax.data.subword import NO_WORD
-from fairseq_syntax.data.transition_errors import InvalidTreeError
-from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, ROOT_LABEL
+from fairseq_syntax.data.transitions.errors import InvalidTreeError
+from fairseq_syntax.data.transitions.tokens import ATTACHED_MARK, ROOT_LABEL
 from .reading import SplitData
 
 

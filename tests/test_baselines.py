@@ -10,7 +10,7 @@ import torch
 
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
-from fairseq_syntax.modules.lisa import LisaParentAttention, parent_loss
+from fairseq_syntax.modules.mechanisms.lisa import LisaParentAttention, parent_loss
 from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .devices import on

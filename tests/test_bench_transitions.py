@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, vocabulary_classes
-from fairseq_syntax.data.transition_function import TransitionScan
+from fairseq_syntax.data.transitions.tokens import ATTACHED_MARK, vocabulary_classes
+from fairseq_syntax.data.transitions.function import TransitionScan
 from fairseq_syntax.tasks.constrained_generation import transition_mask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

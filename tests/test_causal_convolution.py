@@ -1,10 +1,10 @@
-"""Dyn-STGCD's dilated causal convolution (fairseq_syntax/modules/causal_convolution.py) against appendix A.3's
+"""Dyn-STGCD's dilated causal convolution (modules/dyn_stgcd/causal_convolution.py) against appendix A.3's
 sum written as a loop, causality, and incremental decoding (one position per step, beam reordering) against the
 whole sequence at once."""
 import pytest
 import torch
 
-from fairseq_syntax.modules.causal_convolution import DilatedCausalConvolution
+from fairseq_syntax.modules.dyn_stgcd.causal_convolution import DilatedCausalConvolution
 
 
 def naive(layer, x):

@@ -26,9 +26,9 @@ from fairseq_syntax.data.features import collate_features
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
 from fairseq_syntax.modules.decoder_context import DecoderContext
 from fairseq_syntax.modules.dependency_graph import PieceArcs, piece_arcs
-from fairseq_syntax.modules.graph_convolution import GraphConvolution
-from fairseq_syntax.modules.ldd import VARIANTS as LDD_VARIANTS, LabeledDependencyDistributions
-from fairseq_syntax.modules.pascal import ParentScaledModifier
+from fairseq_syntax.modules.mechanisms.graph_convolution import GraphConvolution
+from fairseq_syntax.modules.mechanisms.ldd import VARIANTS as LDD_VARIANTS, LabeledDependencyDistributions
+from fairseq_syntax.modules.mechanisms.pascal import ParentScaledModifier
 
 from .devices import on, requires_cuda
 from .helpers import toy_dictionary

@@ -16,9 +16,9 @@ from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import Syntax
 from fairseq_syntax.data.conllu_output import conllu_field
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.models.dyn_stgcd import GRAPH_LOSS
-from fairseq_syntax.modules.dynamic_gcn import GRAPH_ATTENTION_SCORES
-from fairseq_syntax.modules.spatial_temporal_block import ABLATIONS
-from fairseq_syntax.modules.target_graph import (
+from fairseq_syntax.modules.dyn_stgcd.dynamic_gcn import GRAPH_ATTENTION_SCORES
+from fairseq_syntax.modules.dyn_stgcd.spatial_temporal_block import ABLATIONS
+from fairseq_syntax.modules.dyn_stgcd.target_graph import (
     argmax_heads, gold_heads, gold_target_graph, predicted_tree, tree_heads, word_scores,
 )
 

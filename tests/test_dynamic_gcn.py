@@ -1,7 +1,7 @@
 """Dyn-STGCD's spatial and temporal graph layers (Li et al., "Neural Machine Translation with Dynamic Graph
-Convolutional Decoder"): fairseq_syntax/modules/dynamic_gcn.py (graph-attention coefficients of eq. 7, the evolving
+Convolutional Decoder"): modules/dyn_stgcd/dynamic_gcn.py (graph-attention coefficients of eq. 7, the evolving
 weight of eq. 6 / appendix A.1, the normalised propagation of eq. 2 with the <sog> node, DynamicGCN over several
-steps: eq. 5-7), fairseq_syntax/modules/temporal_convolution.py (§3.4, A.3) and the pure functions of
+steps: eq. 5-7), modules/dyn_stgcd/temporal_convolution.py (§3.4, A.3) and the pure functions of
 fairseq_syntax/models/dyn_stgcd.py (gold target graph of appendix B.1, smooth-L1 graph loss of eq. 9 / A.4, the
 hidden-graph option).
 
@@ -17,13 +17,13 @@ import torch
 from fairseq_syntax.data.channels import SentenceSyntax
 from fairseq_syntax.data.features import collate_features
 from fairseq_syntax.models.dyn_stgcd import parse_hidden_graphs
-from fairseq_syntax.modules.target_graph import (
+from fairseq_syntax.modules.dyn_stgcd.target_graph import (
     argmax_heads, gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, tree_heads, word_scores,
 )
-from fairseq_syntax.modules.dynamic_gcn import (
+from fairseq_syntax.modules.dyn_stgcd.dynamic_gcn import (
     DynamicGCN, EvolvingWeight, GraphAttentionCoefficients, masked_log_softmax, normalized_propagation,
 )
-from fairseq_syntax.modules.temporal_convolution import TemporalConvolution
+from fairseq_syntax.modules.dyn_stgcd.temporal_convolution import TemporalConvolution
 
 from .devices import assert_same, on
 

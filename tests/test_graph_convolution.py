@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import fairseq_syntax  # noqa: F401  (registers the mechanisms and presets)
 from fairseq import checkpoint_utils
 from fairseq_syntax.modules.dependency_graph import PieceArcs, piece_arcs
-from fairseq_syntax.modules.graph_convolution import (
+from fairseq_syntax.modules.mechanisms.graph_convolution import (
     DOWN, SELF, UP, BiGRUGraphConvolution, BiGRUSublayer, BidirectionalGRU, GraphConvolution, GraphConvolutionSublayer,
     directed_edges, gather_incoming,
 )

@@ -18,7 +18,7 @@ from fairseq_syntax.data.dependency_distributions import (
 )
 from fairseq_syntax.data.syntax_channels import SyntaxChannels
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
-from fairseq_syntax.modules.ldd import LabeledDependencyDistributions
+from fairseq_syntax.modules.mechanisms.ldd import LabeledDependencyDistributions
 from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .devices import on

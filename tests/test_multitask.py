@@ -260,7 +260,7 @@ def test_presets_are_the_stock_transformer_at_the_shared_sizes():
 
     from fairseq.models import ARCH_MODEL_REGISTRY, ARCH_CONFIG_REGISTRY
 
-    expected = {  # (layers, embed, ffn, heads, dropout): transformer base, then fairseq_syntax/models/sizes.py
+    expected = {  # (layers, embed, ffn, heads, dropout): transformer base, then fairseq_syntax/models/presets/sizes.py
         "transformer_multitask": (6, 512, 2048, 8, 0.1),
         "transformer_multitask_multi30k": (3, 256, 1024, 4, 0.3),
         "transformer_multitask_tiny": (2, 64, 128, 4, 0.1),

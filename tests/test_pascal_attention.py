@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fairseq_syntax.modules import SyntaxBiasedSelfAttention
-from fairseq_syntax.modules.pascal import ParentScaledModifier
+from fairseq_syntax.modules.mechanisms.pascal import ParentScaledModifier
 
 from .devices import on
 

@@ -81,7 +81,7 @@ def test_the_papers_table_7_settings_parse_and_build(pascal_bin, corpus):
     Transformer base (6 + 6 layers, 512, FFN 2048, 8 heads), PASCAL on h_P heads of layer 0 with q, sigma^2 = 1."""
     from fairseq import options
 
-    from fairseq_syntax.models.pascal_presets import PAPER_GENERATION_OPTIONS, paper_training_options
+    from fairseq_syntax.models.presets.pascal import PAPER_GENERATION_OPTIONS, paper_training_options
 
     heads, q, beta2, dropout, updates = TABLE_7[corpus]
     training = paper_training_options(corpus)
@@ -100,7 +100,7 @@ def test_the_papers_table_7_settings_parse_and_build(pascal_bin, corpus):
 
 
 def test_table_7_options_refuse_an_unknown_corpus_or_gpu_count():
-    from fairseq_syntax.models.pascal_presets import paper_training_options
+    from fairseq_syntax.models.presets.pascal import paper_training_options
 
     with pytest.raises(ValueError, match="no Table 7 setting 'nc12'"):
         paper_training_options("nc12")

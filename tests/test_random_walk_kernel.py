@@ -1,10 +1,10 @@
-"""The random walk kernel of Dyn-STGCD's last decoder layer (fairseq_syntax/modules/random_walk_kernel.py) against
+"""The random walk kernel of Dyn-STGCD's last decoder layer (modules/dyn_stgcd/random_walk_kernel.py) against
 the explicit formula of Li et al.'s appendix A.2: the Kronecker product of the two adjacency matrices raised to
 the power p, between s = vec(K^h Y^T) on either side; on random weighted graphs, padded on either side."""
 import pytest
 import torch
 
-from fairseq_syntax.modules.random_walk_kernel import RandomWalkKernel
+from fairseq_syntax.modules.dyn_stgcd.random_walk_kernel import RandomWalkKernel
 
 
 def explicit_kernel(nodes, adjacency, hidden_nodes, hidden_adjacency, p):

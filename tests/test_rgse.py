@@ -13,9 +13,9 @@ import torch
 
 import fairseq_syntax  # noqa: F401
 from fairseq import checkpoint_utils
-from fairseq_syntax.models.rgse_presets import transformer_rgse, transformer_rgse_multi30k, transformer_rgse_tiny
+from fairseq_syntax.models.presets.rgse import transformer_rgse, transformer_rgse_multi30k, transformer_rgse_tiny
 from fairseq_syntax.modules import ENCODER_MECHANISMS
-from fairseq_syntax.modules.rgse import INTEGRATIONS, RESIDUALS, VARIANTS, RecurrentGraphSyntaxEncoder
+from fairseq_syntax.modules.mechanisms.rgse import INTEGRATIONS, RESIDUALS, VARIANTS, RecurrentGraphSyntaxEncoder
 
 from .devices import changed as changes, float32_tolerances, on
 from .helpers import USER_DIR, marked_slow, run_cli

@@ -12,7 +12,7 @@ import torch
 from fairseq import utils
 
 import fairseq_syntax  # noqa: F401
-from fairseq_syntax.modules.pascal import ParentScaledModifier
+from fairseq_syntax.modules.mechanisms.pascal import ParentScaledModifier
 
 from .devices import on
 from .helpers import REPO, USER_DIR, assert_incremental_decoding_equals_full, preprocess_sample, run_cli

@@ -19,7 +19,7 @@ from fairseq import checkpoint_utils
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.lstm import LSTMDecoder
 from fairseq.sequence_generator import SequenceGenerator
-from fairseq_syntax.models import lstm_presets
+from fairseq_syntax.models.presets import lstm as lstm_presets
 from fairseq_syntax.models.gru_decoder import BahdanauGRUDecoder
 from fairseq_syntax.models.syntax_lstm import SyntaxLSTMEncoder, SyntaxLSTMModel
 from fairseq_syntax.modules.additive_attention import AdditiveAttention
@@ -312,7 +312,7 @@ def test_rgse_rows_have_the_papers_parameter_counts_at_a_fitted_vocabulary():
 
     from fairseq.data import Dictionary
 
-    from fairseq_syntax.models.lstm_presets import lstm_rgse
+    from fairseq_syntax.models.presets.lstm import lstm_rgse
     from fairseq_syntax.models.syntax_lstm import SyntaxLSTMModel
 
     def dictionary(size):

@@ -1,4 +1,4 @@
-"""The recurrent-NMT rows of Ding & Tao's Table 2 (fairseq_syntax/models/syntax_lstm.py, lstm_presets.py) in the
+"""The recurrent-NMT rows of Ding & Tao's Table 2 (fairseq_syntax/models/syntax_lstm.py, models/presets/lstm.py) in the
 LSTM form (--rnn-cell lstm; the GRU form, the presets' default, is tests/test_syntax_gru.py): the encoder is fairseq's
 BiLSTM followed by the GCN / RGSE module called on its outputs with the same arcs, whatever the padding and whatever
 else is in the batch; the syntax changes the output, and the 2-layer baseline (fairseq's stock `lstm`, parameter for
@@ -18,7 +18,7 @@ import fairseq_syntax  # noqa: F401  (registers the task, the models and their a
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.lstm import LSTMDecoder, LSTMEncoder, LSTMModel
-from fairseq_syntax.models.lstm_presets import (
+from fairseq_syntax.models.presets.lstm import (
     lstm_birnn2,
     lstm_birnn2_multi30k,
     lstm_birnn2_tiny,
@@ -31,7 +31,7 @@ from fairseq_syntax.models.lstm_presets import (
 )
 from fairseq_syntax.models.syntax_lstm import RGSEOverStates, SyntaxLSTMEncoder, SyntaxLSTMModel
 from fairseq_syntax.modules.dependency_graph import piece_arcs
-from fairseq_syntax.modules.rgse import RecurrentGraphSyntaxEncoder
+from fairseq_syntax.modules.mechanisms.rgse import RecurrentGraphSyntaxEncoder
 
 from .devices import assert_same, float32_tolerances, on
 from .helpers import USER_DIR, marked_slow, run_cli, toy_dictionary
@@ -213,7 +213,7 @@ def test_lstm_syntax_takes_the_registered_encoder_mechanisms_with_a_form_over_st
     import argparse
 
     from fairseq_syntax.models.syntax_lstm import syntax_layers
-    from fairseq_syntax.modules.mechanisms import ENCODER_MECHANISMS, SyntaxMechanism, register_encoder_mechanism
+    from fairseq_syntax.modules.syntax_mechanism import ENCODER_MECHANISMS, SyntaxMechanism, register_encoder_mechanism
 
     class Shift(torch.nn.Module):
         def __init__(self, args, embed_dim):

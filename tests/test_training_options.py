@@ -206,7 +206,7 @@ def test_valid_bleu_on_a_transitions_data_bin_scores_the_text(transition_bin, me
     """--eval-bleu on a --target-transitions data-bin: the validation search is the constrained one (every
     hypothesis a tree), and hypotheses and references are scored as text, transition tokens left out: each
     reference decodes to the sentence the data-bin kept (train.en.txt: the split these tests batch from)."""
-    from fairseq_syntax.data.transition_tokens import is_transition_token
+    from fairseq_syntax.data.transitions.tokens import is_transition_token
     from fairseq_syntax.tasks.constrained_generation import ConstrainedSequenceGenerator
 
     destdir = transition_bin[1]

@@ -1,5 +1,5 @@
 """Choshen & Abend's structure-aware decoders on the decoder contract (fairseq_syntax/models/decoders.py, modules/
-parent.py, modules/graph_decoder.py): BiTran's prefix re-encoding, PARENT and the GCN decoder.
+parent.py, modules/mechanisms/graph_decoder.py): BiTran's prefix re-encoding, PARENT and the GCN decoder.
 
 References come from the paper, not from the code under test: PARENT's masks are worked by hand on the paper's
 example (§3); the GCN decoder is checked against a per-node loop of §4's equations over the edges of the Python
@@ -15,14 +15,14 @@ import fairseq_syntax  # noqa: F401
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
 from fairseq_syntax.criterions.syntax_label_smoothed_cross_entropy import SyntaxLabelSmoothedCrossEntropyCriterion
-from fairseq_syntax.data.transition_state import is_valid_sequence, transition_edges
-from fairseq_syntax.data.transition_tokens import is_arc
+from fairseq_syntax.data.transitions.state import is_valid_sequence, transition_edges
+from fairseq_syntax.data.transitions.tokens import is_arc
 from fairseq_syntax.models.decoders import select_encoder_out
 from fairseq_syntax.modules.decoder_context import PrefixScanner, TargetTransitions
-from fairseq_syntax.modules.graph_convolution import DOWN, SELF, UP
-from fairseq_syntax.modules.graph_decoder import DecoderGraphConvolution
-from fairseq_syntax.modules.mechanisms import DECODER_CONTEXT
-from fairseq_syntax.modules.parent import ParentAttention
+from fairseq_syntax.modules.mechanisms.graph_convolution import DOWN, SELF, UP
+from fairseq_syntax.modules.mechanisms.graph_decoder import DecoderGraphConvolution
+from fairseq_syntax.modules.syntax_mechanism import DECODER_CONTEXT
+from fairseq_syntax.modules.mechanisms.parent import ParentAttention
 
 from .devices import on
 from .helpers import (
@@ -46,7 +46,7 @@ def test_prefix_scanner_kept_extended_and_reordered_is_the_scan_of_the_whole_pre
     """Beam search's use of the scanner: step by step, extended by the newest column, rows reordered and repeated
     between steps (as reorder_incremental_state does), asked twice in a step (the decoder, then the masks): at every
     step every field equals the scan of the whole prefix made at once."""
-    from fairseq_syntax.data.transition_function import TransitionScan
+    from fairseq_syntax.data.transitions.function import TransitionScan
 
     torch.manual_seed(0)
     transitions = TargetTransitions(SYMBOLS)
@@ -384,7 +384,7 @@ def test_beam_search_scans_the_prefix_once_per_step(transition_bin, options, mon
     then extended by the newest column once per step, reordered with the beam; a model whose decoder keeps none
     (Linearized) has the generator keep it the same way. (The decoder and the generator each kept their own
     once, two extensions per step.)"""
-    from fairseq_syntax.data.transition_function import TransitionScan
+    from fairseq_syntax.data.transitions.function import TransitionScan
     from fairseq_syntax.tasks.constrained_generation import ConstrainedEnsemble
     from .test_transition_decoding import build
 

@@ -21,14 +21,14 @@ from fairseq.data import Dictionary, data_utils
 from fairseq_syntax.data.channels import SyntaxManifest
 from fairseq_syntax.data.sentencepiece_codec import WordAlignedEncoder
 from fairseq_syntax.data.syntax_channels import SyntaxChannels
-from fairseq_syntax.data.transition_channels import (
+from fairseq_syntax.data.transitions.channels import (
     EDGE_LABELS_CHANNEL, EDGES_CHANNEL, TRANSITION_CHANNELS, target_word_share,
 )
-from fairseq_syntax.data.projectivity import crossing_arcs, is_projective, projectivize
-from fairseq_syntax.data.transition_oracle import oracle
-from fairseq_syntax.data.transition_output import transitions_to_tree
-from fairseq_syntax.data.transition_state import is_valid_sequence, parse_transitions, transition_edges
-from fairseq_syntax.data.transition_tokens import ATTACHED_MARK, arc_tokens, is_arc, strip_transitions, token_class
+from fairseq_syntax.data.transitions.projectivity import crossing_arcs, is_projective, projectivize
+from fairseq_syntax.data.transitions.oracle import oracle
+from fairseq_syntax.data.transitions.output import transitions_to_tree
+from fairseq_syntax.data.transitions.state import is_valid_sequence, parse_transitions, transition_edges
+from fairseq_syntax.data.transitions.tokens import ATTACHED_MARK, arc_tokens, is_arc, strip_transitions, token_class
 from fairseq_syntax.parsers.conllu_reader import read_conllu
 from fairseq_syntax.tasks.constrained_generation import transition_mask
 
@@ -300,7 +300,7 @@ def test_mask_is_applied_to_every_beam_at_every_step(transition_bin, monkeypatch
 
     ensemble.forward_decoder = recording
     sample = next(iter(batches(task, size=3)))
-    from fairseq_syntax.data.transition_function import TransitionScan
+    from fairseq_syntax.data.transitions.function import TransitionScan
     # in the search, the state is made from a whole prefix once (step 0), then extended and reordered with the beam
     # (the finished hypotheses are read back once more after the search: not counted here)
     rebuilt = []
@@ -670,7 +670,7 @@ def test_word_vocabulary_transitions(transition_bin, tmp_path):
                              str(trees_out))
     generator = task.build_generator([model], cfg.generation)
     symbols = task.target_dictionary.symbols
-    from fairseq_syntax.data.transition_tokens import every_piece_is_a_word
+    from fairseq_syntax.data.transitions.tokens import every_piece_is_a_word
 
     count = 0
     for sample in batches(task):
@@ -683,7 +683,7 @@ def test_word_vocabulary_transitions(transition_bin, tmp_path):
     assert all(is_projective([token["head"] for token in s]) for s in sentences)
     # an unknown word is a word: valid targets with <unk> read as the trees they were made from, and <unk> may be
     # generated wherever a word may (it once was never valid: no unknown word could be read or emitted)
-    from fairseq_syntax.data.transition_function import TransitionScan
+    from fairseq_syntax.data.transitions.function import TransitionScan
 
     unk = target.unk()
     dataset = task.dataset("valid")
@@ -704,7 +704,7 @@ def test_linearized_presets():
     import fairseq_syntax.models  # noqa: F401  (registers the presets)
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    from fairseq_syntax.models.sizes import MULTI30K, TINY
+    from fairseq_syntax.models.presets.sizes import MULTI30K, TINY
 
     for name, sizes, encoder in (("transformer_linearized", None, "none"),
                                  ("transformer_linearized_multi30k", MULTI30K, "none"),

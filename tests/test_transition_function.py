@@ -1,4 +1,4 @@
-"""The batched transition function (fairseq_syntax/data/transition_function.py): the paper's example worked by hand
+"""The batched transition function (fairseq_syntax/data/transitions/function.py): the paper's example worked by hand
 (§3's table), and every prefix of the sequences of UD German PUD (and GSD) against the Python reference
 TransitionState and its edge list, on the CPU and on CUDA."""
 import random
@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_syntax.data.projectivity import projectivize
-from fairseq_syntax.data.transition_errors import InvalidTransitionError
-from fairseq_syntax.data.transition_function import TransitionScan
-from fairseq_syntax.data.transition_oracle import oracle
-from fairseq_syntax.data.transition_state import TransitionState, transition_edges
-from fairseq_syntax.data.transition_tokens import (
+from fairseq_syntax.data.transitions.projectivity import projectivize
+from fairseq_syntax.data.transitions.errors import InvalidTransitionError
+from fairseq_syntax.data.transitions.function import TransitionScan
+from fairseq_syntax.data.transitions.oracle import oracle
+from fairseq_syntax.data.transitions.state import TransitionState, transition_edges
+from fairseq_syntax.data.transitions.tokens import (
     EOS, mark_attached_words, parse_arc, vocabulary_classes, vocabulary_labels,
 )
 

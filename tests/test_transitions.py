@@ -1,5 +1,5 @@
-"""The transition system of Choshen & Abend's target-syntax decoder (fairseq_syntax/data/transition_*.py,
-projectivity.py).
+"""The transition system of Choshen & Abend's target-syntax decoder (fairseq_syntax/data/transitions/:
+one module per subject).
 
 Expected values never come from the module under test: hand-written examples follow the paper's §3 table, and the
 property tests compare against small independent references written here (a brute-force projectivity check, a
@@ -23,17 +23,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairseq_syntax.data.projectivity import check_tree, is_projective, projectivize
-from fairseq_syntax.data.transition_channels import target_token_classes
-from fairseq_syntax.data.transition_errors import InvalidTransitionError, InvalidTreeError, NonProjectiveError
-from fairseq_syntax.data.transition_function import TransitionScan
-from fairseq_syntax.data.transition_oracle import oracle
-from fairseq_syntax.data.transition_output import decode_pieces, sequence_text, to_conllu, transitions_to_tree
-from fairseq_syntax.data.transition_state import (
+from fairseq_syntax.data.transitions.projectivity import check_tree, is_projective, projectivize
+from fairseq_syntax.data.transitions.channels import target_token_classes
+from fairseq_syntax.data.transitions.errors import InvalidTransitionError, InvalidTreeError, NonProjectiveError
+from fairseq_syntax.data.transitions.function import TransitionScan
+from fairseq_syntax.data.transitions.oracle import oracle
+from fairseq_syntax.data.transitions.output import decode_pieces, sequence_text, to_conllu, transitions_to_tree
+from fairseq_syntax.data.transitions.state import (
     EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD, TransitionState, allowed_next, is_valid_sequence,
     parse_transitions, tokens_to_finish, transition_edges,
 )
-from fairseq_syntax.data.transition_tokens import (
+from fairseq_syntax.data.transitions.tokens import (
     EOS, LEFT_ARC, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_CONTINUE_NO_TEXT, WORD_MARK_ONLY, WORD_START, arc_tokens,
     every_piece_is_a_word, left_arc, mark_attached_words, parse_arc, token_class, transition_vocabulary,
     vocabulary_classes,

@@ -59,7 +59,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))  # its neighbours systems.py, training.py and profiles.py, also when imported
-from fairseq_syntax.data.transition_channels import target_word_share  # noqa: E402
+from fairseq_syntax.data.transitions.channels import target_word_share  # noqa: E402
 from fairseq_syntax.evaluation.challenge import (  # noqa: E402
     distance_text, read_challenge_outputs, score_challenge_hypotheses, set_order,
 )

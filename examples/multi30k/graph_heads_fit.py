@@ -55,7 +55,7 @@ def main(argv=None):
     import fairseq_syntax  # noqa: F401  (registers the task, models and criterion)
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq_syntax.modules.target_graph import gold_target_graph
+    from fairseq_syntax.modules.dyn_stgcd.target_graph import gold_target_graph
 
     torch.manual_seed(args.seed)
     dropout = [] if "--dropout" in model_args else ["--dropout", "0"]

@@ -1,6 +1,6 @@
 """The systems that the comparison run (examples/multi30k/compare.py) and the benchmark (bench/bench.py) put side
 by side: the vanilla baseline and every syntax method, each as its Multi30k-sized architecture preset (the same
-sizes, fairseq_syntax/models/sizes.py). A new method joins both by adding its line here."""
+sizes, fairseq_syntax/models/presets/sizes.py). A new method joins both by adding its line here."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -92,7 +92,7 @@ TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4"
                       "gcn_decoder_ungated_k4", *EQUAL_POSITIONS, "bitran_b4", "parent_b4", "gcn_decoder_b4",
                       "gcn_decoder_unlabeled_b4", "gcn_decoder_ungated_b4")
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
-# The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/lstm_presets.py) in the paper's GRU form
+# The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/presets/lstm.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:
 # compare.py plots every system's encoder self-attention, which a recurrent encoder has none of, and bench.py would
 # hold them to a Transformer's speed; they join once both know about them.

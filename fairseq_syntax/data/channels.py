@@ -22,7 +22,7 @@ parsers used, the size of the label set and the segmentation of the tokens (`seg
 "sentencepiece"} with the model file in `spm_model`, or {"kind": "words", "min_count": N, "joined": bool} for a word
 vocabulary, see word_codec.py; a manifest without it is sentencepiece) and, for a data-bin whose target tokens are
 transition sequences, the arc tokens appended to the target dictionary (`target_transitions`, see
-transition_channels.py; empty or absent: plain pieces); `dict.{lang}.labels.txt` is the label
+data/transitions/channels.py; empty or absent: plain pieces); `dict.{lang}.labels.txt` is the label
 dictionary of a side (one label per line, id = line number, id 0 reserved for padding). Sentence, row and word
 numbers in errors are 0-based.
 """
@@ -221,7 +221,7 @@ class SyntaxManifest:
     format_version: int = FORMAT_VERSION
     # how tokens were made (see the module docstring); data-bins written before it existed are sentencepiece
     segmentation: Dict[str, object] = field(default_factory=lambda: {"kind": SENTENCEPIECE})
-    # --target-transitions: the arc tokens appended to the target dictionary (transition_channels.py); empty when
+    # --target-transitions: the arc tokens appended to the target dictionary (data/transitions/channels.py); empty when
     # the target tokens are plain pieces (every data-bin written before it existed)
     target_transitions: List[str] = field(default_factory=list)
     # --target-transitions: the target parser's root label, given to the root of every decoded tree (the

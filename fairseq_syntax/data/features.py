@@ -29,7 +29,7 @@ from torch import Tensor
 
 from .channels import CHANNELS
 from .dependency_distributions import LABEL_GROUP_CHANNEL, LDD_CHANNELS
-from . import transition_channels  # noqa: F401  (registers the target transition channels)
+from .transitions import channels as _transition_channels  # noqa: F401  (registers the target transition channels)
 from .subword import NO_WORD, copy_to_pieces, first_piece, middle_piece_halves, parent_words, word_spans
 
 FEATURE_KINDS = ("position", "label", "word_index", "word_value", "edge_value")  # (channels have kinds of their own)

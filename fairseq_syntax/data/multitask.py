@@ -15,7 +15,7 @@ the batches, so both tasks are mixed in every part of an epoch and inside batche
 every other split hold translation pairs only (with the translate tags), so `fairseq-generate` translates them and
 BLEU is computed on `{split}.{tgt}.txt` as usual. The data-bin carries no side channels (the tags would put them
 out of step with the tokens): any model that takes plain batches trains on it, e.g. the presets
-`transformer_multitask*` (fairseq_syntax/models/multitask_presets.py) with `--task syntax_translation`.
+`transformer_multitask*` (fairseq_syntax/models/presets/multitask.py) with `--task syntax_translation`.
 
 Linearization
 -------------

@@ -97,7 +97,7 @@ class PieceDecoder:
                               f"they are")
             return list(lines)
         # the transition tokens of a --target-transitions system (arcs, <attached>) are structure, not text
-        from fairseq_syntax.data.transition_tokens import strip_transitions
+        from fairseq_syntax.data.transitions.tokens import strip_transitions
 
         return [self.encoder.decode(strip_transitions(line.split())) for line in lines]
 

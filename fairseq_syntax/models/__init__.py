@@ -1,3 +1,2 @@
-from . import sizes, syntax_transformer, pascal_presets, lisa_presets, label_embedding_presets  # noqa: F401
-from . import ldd_presets, multitask_presets, graph_presets, rgse_presets, linearized_presets  # noqa: F401
-from . import transition_decoder_presets, syntax_lstm, lstm_presets, dyn_stgcd, dyn_stgcd_presets  # noqa: F401
+from . import syntax_transformer, syntax_lstm, dyn_stgcd  # noqa: F401  (the model families and their decoders)
+from . import presets  # noqa: F401  (registers every architecture preset)

@@ -13,7 +13,7 @@
 Why the first two share a file of ~400 lines: BiTran is the causal decoder run over re-encoded views, subclassing
 it and reusing its layer loop, mechanisms and decoder context.
 
-Decoder syntax mechanisms (--decoder-syntax, a comma-separated list; modules/mechanisms.py) are built where their
+Decoder syntax mechanisms (--decoder-syntax, a comma-separated list; modules/syntax_mechanism.py) are built where their
 layer is built, and reach their inputs as forward arguments: the batch's target features, and, for a mechanism that
 reads the generated graph (needs_target_transitions: PARENT, the decoder GCN), the decoder context
 (modules/decoder_context.py) of the rows being run: the prefix tokens, the prefix graph from the batched transition
@@ -36,7 +36,7 @@ from ..data.features import FEATURES
 from ..modules import MechanismChoices, SyntaxDecoderLayer
 from ..modules.syntax_layers import build_mechanism
 from ..modules.decoder_context import DecoderContext, PrefixScanner, TargetTransitions
-from ..modules.mechanisms import DECODER_CONTEXT, SyntaxInputs, add_declared_options, declared_option
+from ..modules.syntax_mechanism import DECODER_CONTEXT, SyntaxInputs, add_declared_options, declared_option
 
 SYNTAX_PREFIX = "syntax_"  # encoder_out keys carrying source features on to decoder mechanisms
 # name -> decoder class. Chosen by --decoder-type NAME of the syntax_transformer family (or a preset giving

@@ -5,11 +5,11 @@ syntactic graph generated together, one node per step.
 Nodes are decoder columns (0 = BOS, which stands for the root; c = the token at column c) plus <sog>, the
 mean-pooled encoder output, linked to every node and kept constant. Each of the L blocks (--decoder-layers, 4 in
 the paper) runs, at step t over the nodes 0..t:
-  spatial   the dynamic GCN (modules/dynamic_gcn.py: A_t refined from graph attention, W_t evolved by a GRU) on the
+  spatial   the dynamic GCN (dyn_stgcd/dynamic_gcn.py: A_t refined from graph attention, W_t evolved by a GRU) on the
             block's input (Y^0 = 0), then eq. 8's MLP: of [Y || emb(token)] in the first block, of Y in the middle
             ones, of [Y || R^e || R_t] in the last, R_t the random-walk kernel of the step's graph (A^L_t, the
             convolved nodes) and R^e that of the source graph (encoder outputs, the source parse as undirected
-            piece arcs), each against its own trainable hidden graphs (modules/random_walk_kernel.py; groups of
+            piece arcs), each against its own trainable hidden graphs (dyn_stgcd/random_walk_kernel.py; groups of
             --dyn-stgcd-hidden-graphs, walks of 0..--dyn-stgcd-walk-steps), each normalised by a LayerNorm;
             eq. 8 as a residual update by default (Y^l = X^l + MLP(...), X^l the block's input, the token
             embeddings in the first block; --dyn-stgcd-no-residual: the paper's Y^l = MLP(...), under which the
@@ -17,7 +17,7 @@ the paper) runs, at step t over the nodes 0..t:
   encoder   attention of the nodes to the encoder output (ours, --dyn-stgcd-encoder-attention, on by default: the
             paper's §2 decoder "generates the target tokens by attending the source context" but §3 names no
             attention; without one the source reaches the decoder only as <sog> and R^e);
-  temporal  modules/temporal_convolution.py (width-1 convolution, dilated causal convolution of dilation 2^l,
+  temporal  modules/dyn_stgcd/temporal_convolution.py (width-1 convolution, dilated causal convolution of dilation 2^l,
             basic GCN over A_t), as a residual block.
 The prediction at column t is the last block's vector of node t. Graph loss (eq. 9's term, the `target_graph`
 auxiliary loss of syntax_label_smoothed_cross_entropy, weight --dyn-stgcd-graph-loss-weight), at every step
@@ -48,9 +48,9 @@ from fairseq.modules import PositionalEmbedding
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..modules.dynamic_gcn import GRAPH_ATTENTION_SCORES, NEW_NODE_EDGES, DynamicGCNState, masked_log_softmax
-from ..modules.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
-from ..modules.target_graph import (
+from ..modules.dyn_stgcd.dynamic_gcn import GRAPH_ATTENTION_SCORES, NEW_NODE_EDGES, DynamicGCNState, masked_log_softmax
+from ..modules.dyn_stgcd.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
+from ..modules.dyn_stgcd.target_graph import (
     gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, predicted_tree,
 )
 from .decoders import ADJACENCY, SyntaxDecoder, register_decoder

@@ -1,7 +1,7 @@
 """Recurrent NMT with a syntax layer over the bidirectional encoder: the "Bi-RNN (2 layers encoder)", "Bi-RNN + GCN"
 (Bastings et al., 2017) and "Bi-RNN + RGSE" rows of Ding & Tao's Table 2 (RGSE paper §3.1, §4.1).
 
-The model `syntax_lstm` comes in two forms, chosen by --rnn-cell (the presets, fairseq_syntax/models/lstm_presets.py,
+The model `syntax_lstm` comes in two forms, chosen by --rnn-cell (the presets, fairseq_syntax/models/presets/lstm.py,
 default to gru):
   gru    the paper's: Bahdanau et al.'s RNNsearch, as Ding & Tao follow it. A bidirectional GRU encoder
          (--encoder-layers, --encoder-hidden-size per direction) and the GRU decoder with additive attention and a
@@ -12,14 +12,14 @@ default to gru):
          its initial states the encoder's final states, projected when 2 x encoder hidden != decoder hidden). With
          --lstm-syntax none the model is fairseq's `lstm`, parameter for parameter.
 In both, the encoder runs its RNN and then, over the RNN's outputs, the syntax layer chosen by --lstm-syntax (the
-option keeps its name in the GRU form): none, or an encoder mechanism of the registry (modules/mechanisms.py) that
+option keeps its name in the GRU form): none, or an encoder mechanism of the registry (modules/syntax_mechanism.py) that
 declares a form over a recurrent encoder's states (`over_states`), with that mechanism's options and features:
   none   nothing
-  gcn    h~ + gcn(h~): the gated, labeled, directed GCN of fairseq_syntax/modules/graph_convolution.py (edge dropout,
+  gcn    h~ + gcn(h~): the gated, labeled, directed GCN of modules/mechanisms/graph_convolution.py (edge dropout,
          --no-encoder-gcn-labels, --no-encoder-gcn-gates, --encoder-gcn-edge-dropout) with a residual connection, as
          the project's `birnn_gcn` mechanism (the RGSE paper's Transformer reimplementation of "BiRNN+GCN") puts it
          over its BiGRU (`ResidualGraphConvolution`)
-  rgse   the RGSE of fairseq_syntax/modules/rgse.py over h~ (--rgse-variant, --rgse-integration, --rgse-residual):
+  rgse   the RGSE of modules/mechanisms/rgse.py over h~ (--rgse-variant, --rgse-integration, --rgse-residual):
          its edge integration phi, its forward (and backward) GRUs s of C units, its residual tau with h~ and its
          projection back to C, i.e. `RecurrentGraphSyntaxEncoder.graph_states` and `.combine` on the given h~. The
          `rgse` Transformer mechanism computes its own h~ with a BiGRU; here h~ is the encoder RNN's output, so that
@@ -56,7 +56,7 @@ setting for NC-v11):
     the recurrent product, in the encoder as in the decoder); the encoder's weights are initialised as fairseq's
     LSTM's, uniform(-0.1, 0.1).
   - the LSTM form: LSTM cells and fairseq's decoder (above) instead of GRUs and Bahdanau's decoder.
-  - sizes: see fairseq_syntax/models/lstm_presets.py (base: embeddings 256, 512 units per encoder direction so
+  - sizes: see fairseq_syntax/models/presets/lstm.py (base: embeddings 256, 512 units per encoder direction so
     h~ has 1024, decoder 512, Bastings et al.'s recurrent sizes).
 """
 import argparse
@@ -72,10 +72,10 @@ from fairseq.models.lstm import (
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from ..modules.graph_convolution import ResidualGraphConvolution, upgrade_option_names  # noqa: F401 (re-exported)
-from ..modules.mechanisms import ENCODER_MECHANISMS, SyntaxMechanism
+from ..modules.mechanisms.graph_convolution import ResidualGraphConvolution, upgrade_option_names  # noqa: F401 (re-exported)
+from ..modules.syntax_mechanism import ENCODER_MECHANISMS, SyntaxMechanism
 from ..modules.recurrent import padded_rnn
-from ..modules.rgse import RGSEOverStates  # noqa: F401 (re-exported)
+from ..modules.mechanisms.rgse import RGSEOverStates  # noqa: F401 (re-exported)
 from .gru_decoder import BahdanauGRUDecoder
 
 RNN_CELLS = ("gru", "lstm")

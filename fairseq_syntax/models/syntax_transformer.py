@@ -1,5 +1,5 @@
 """The syntax transformer family: fairseq's transformer whose encoder and decoder syntax mechanisms are chosen
-independently by name (--encoder-syntax, --decoder-syntax; see fairseq_syntax/modules/mechanisms.py), and whose
+independently by name (--encoder-syntax, --decoder-syntax; see fairseq_syntax/modules/syntax_mechanism.py), and whose
 decoder is chosen by name too (--decoder-type: fairseq's causal decoder or BiTran's prefix re-encoding; see
 decoders.py).
 
@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
-from ..modules.graph_convolution import upgrade_option_names
+from ..modules.mechanisms.graph_convolution import upgrade_option_names
 from .decoders import DECODERS, PACKED, PREDICTED, SYNTAX_PREFIX, contract_of, split_layer_output, wrap_layer
 
 

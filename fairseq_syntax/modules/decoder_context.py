@@ -1,8 +1,8 @@
 """What a decoder syntax mechanism gets about the target prefix, as a forward argument: the decoder context; and the
 one owner of the prefix graph, the PrefixScanner, which makes it.
 
-Target-side syntax is generated with the translation as transitions (data/transition_tokens.py), so a decoder mechanism
-reads the graph the prefix has built so far (data/transition_function.py) rather than a parse from the data. The
+Target-side syntax is generated with the translation as transitions (data/transitions/tokens.py), so a decoder mechanism
+reads the graph the prefix has built so far (data/transitions/function.py) rather than a parse from the data. The
 PrefixScanner runs the batched transition function over the prefix (training: the whole target at once; beam search:
 extended by the newest column at each step, kept in the incremental state and reordered with the beam, the one entry
 that the decoder and the constrained generator's validity masks both read) and views it as a decoder context.
@@ -30,9 +30,9 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..data.transition_function import TransitionScan
-from ..data.transition_channels import target_token_classes
-from ..data.transition_tokens import parse_arc
+from ..data.transitions.function import TransitionScan
+from ..data.transitions.channels import target_token_classes
+from ..data.transitions.tokens import parse_arc
 
 POLICIES = ("causal", "prefix", "block")
 

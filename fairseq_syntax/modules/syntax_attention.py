@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .mechanisms import ScoreModification
+from .syntax_mechanism import ScoreModification
 
 
 def _softmax(scores: Tensor) -> Tensor:

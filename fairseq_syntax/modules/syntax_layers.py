@@ -12,7 +12,7 @@ import torch
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
-from .mechanisms import SyntaxInputs
+from .syntax_mechanism import SyntaxInputs
 from .syntax_attention import SyntaxBiasedSelfAttention
 
 

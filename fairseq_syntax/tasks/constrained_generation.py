@@ -1,12 +1,12 @@
 """Constrained decoding, the one path by which generation restricts the next token: fairseq's SequenceGenerator
 whose ensemble gives forbidden tokens no probability at every step. Mainly, decoding that only makes valid trees:
-invalid transitions are forbidden (data/transition_state.py, "Budget" and the validity function) on a data-bin whose
+invalid transitions are forbidden (data/transitions/state.py, "Budget" and the validity function) on a data-bin whose
 target tokens are transition sequences (`--target-transitions`); also the token constraints of decoder mechanisms
-(modules/mechanisms.py), applied at the same place.
+(modules/syntax_mechanism.py), applied at the same place.
 
 The hook is the EnsembleModel's forward_decoder, which receives every hypothesis's whole prefix (BOS + the tokens
 so far, rows already in the beam's current order). The state of every row is the batched transition function's
-(data/transition_function.py), kept by the prefix scanner (modules/decoder_context.py) in the first model's
+(data/transitions/function.py), kept by the prefix scanner (modules/decoder_context.py) in the first model's
 incremental state: each step extends it by the newest column, and it is reordered with the beam (and drops finished
 sentences with it); when what is kept does not fit the prefix (a new batch, a forced prefix), it is made again from
 the whole prefix. A decoder that reads the prefix graph (PARENT, the decoder GCN) keeps that same entry, which the
@@ -30,8 +30,8 @@ from torch import Tensor
 from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
-from ..data.transition_function import TransitionScan
-from ..data.transition_tokens import EOS, WORD_CONTINUE
+from ..data.transitions.function import TransitionScan
+from ..data.transitions.tokens import EOS, WORD_CONTINUE
 from ..models.decoders import contract_of
 from ..modules.decoder_context import PrefixScanner, TargetTransitions
 
@@ -104,7 +104,7 @@ class ConstrainedEnsemble(EnsembleModel):
     """fairseq's EnsembleModel whose next-token log-probabilities are -inf where a constraint forbids the token:
     the one path by which generation restricts the next token. Two kinds: the transition validity masks of a data-bin
     whose target has transitions (`token_class` given), and the token constraint a decoder mechanism may build
-    (modules/mechanisms.py, `build_token_constraint`: the decoder's `token_constraint`, called with the prefix and
+    (modules/syntax_mechanism.py, `build_token_constraint`: the decoder's `token_constraint`, called with the prefix and
     that model's incremental state; with an ensemble, a token any model forbids is forbidden)."""
 
     def __init__(self, models, transitions: Optional[TargetTransitions] = None,

@@ -358,7 +358,7 @@ class SentencePieceText:
     def decode(self, text: str) -> str:
         tokens = text.split(" ")
         if self.strip_transitions:
-            from ..data.transition_tokens import is_transition_token
+            from ..data.transitions.tokens import is_transition_token
 
             tokens = [token for token in tokens if not is_transition_token(token)]
         if self.pieces is None:

@@ -17,9 +17,9 @@ from fairseq import utils
 from ..data.channels import SyntaxManifest
 from ..data.conllu_output import ARGMAX_HEADS, format_conllu_sentence
 from ..data.segmentation import Segmenter, open_segmenter
-from ..data.transition_channels import word_rule
-from ..data.transition_errors import TransitionError
-from ..data.transition_output import Tree, to_conllu, transitions_to_tree
+from ..data.transitions.channels import word_rule
+from ..data.transitions.errors import TransitionError
+from ..data.transitions.output import Tree, to_conllu, transitions_to_tree
 from ..models.decoders import contract_of
 
 logger = logging.getLogger(__name__)

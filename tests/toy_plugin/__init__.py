@@ -13,7 +13,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models import register_model_architecture
 
 import fairseq_syntax  # noqa: F401  (the plugin itself: task, model family, criterion)
-from fairseq_syntax.models.sizes import TINY, set_default, set_sizes
+from fairseq_syntax.models.presets.sizes import TINY, set_default, set_sizes
 from fairseq_syntax.models.syntax_transformer import syntax_defaults
 from fairseq_syntax.modules import (
     ScoreModification, SyntaxMechanism, register_decoder_mechanism, register_encoder_mechanism,

@@ -21,7 +21,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
 from fairseq_syntax.models.decoders import ADJACENCY, SyntaxDecoder, WordHeads, register_decoder
-from fairseq_syntax.modules.target_graph import predicted_tree
+from fairseq_syntax.modules.dyn_stgcd.target_graph import predicted_tree
 
 STATE_KEY = "toy_graph_gru"
 

@@ -58,9 +58,9 @@ from fairseq.modules import LayerNorm
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
-from .dependency_graph import PieceArcs, piece_arcs
-from .mechanisms import SyntaxMechanism, register_encoder_mechanism
-from .recurrent import padded_rnn
+from ..dependency_graph import PieceArcs, piece_arcs
+from ..syntax_mechanism import SyntaxMechanism, register_encoder_mechanism
+from ..recurrent import padded_rnn
 
 SELF, DOWN, UP = 0, 1, 2
 DIRECTIONS = 3

@@ -74,8 +74,8 @@ import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import Tensor
 
-from .dependency_graph import piece_arcs
-from .mechanisms import SyntaxMechanism, register_encoder_mechanism
+from ..dependency_graph import piece_arcs
+from ..syntax_mechanism import SyntaxMechanism, register_encoder_mechanism
 
 VARIANTS = ("forward", "bi-total", "bi-past", "bi-future")
 INTEGRATIONS = ("sum", "average", "gated")

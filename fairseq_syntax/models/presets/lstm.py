@@ -31,9 +31,9 @@ from fairseq.models import register_model_architecture
 from fairseq.models.lstm import base_architecture
 from omegaconf import OmegaConf
 
-from ..modules.graph_convolution import upgrade_option_names
+from ...modules.mechanisms.graph_convolution import upgrade_option_names
 from .sizes import Preset, register_family, set_default as _set_default
-from .syntax_lstm import SyntaxLSTMModel  # noqa: F401  (the model is registered before its architectures)
+from ..syntax_lstm import SyntaxLSTMModel  # noqa: F401  (the model is registered before its architectures)
 
 BASE = dict(embed_dim=256, hidden_size=512, decoder_hidden_size=512, dropout=0.2)
 MULTI30K = dict(embed_dim=256, hidden_size=256, decoder_hidden_size=512, dropout=0.3)

@@ -1,10 +1,10 @@
 """A finished transition sequence read out: its text (sentencepiece pieces decoded), its tree, and CoNLL-U."""
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from .conllu_output import format_conllu_sentence
-from .transition_errors import InvalidTransitionError
-from .transition_state import TransitionState, parse_transitions
-from .transition_tokens import (
+from ..conllu_output import format_conllu_sentence
+from .errors import InvalidTransitionError
+from .state import TransitionState, parse_transitions
+from .tokens import (
     ATTACHED_MARK, BYTE_PIECE, ROOT_LABEL, WORD_MARK, WordRule, starts_with_word_mark, strip_transitions,
 )
 

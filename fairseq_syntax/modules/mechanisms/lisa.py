@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
-from .mechanisms import ScoreModification, SyntaxMechanism, register_encoder_mechanism
+from ..syntax_mechanism import ScoreModification, SyntaxMechanism, register_encoder_mechanism
 
 LOSS = "lisa_parent"
 

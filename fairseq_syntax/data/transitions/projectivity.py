@@ -7,8 +7,8 @@ parse, and the count of words with a new head is reported.
 """
 from typing import List, Optional, Sequence, Tuple
 
-from .transition_errors import InvalidTreeError
-from .trees import root_of, tree_problem
+from .errors import InvalidTreeError
+from ..trees import root_of, tree_problem
 
 
 def check_tree(heads: Sequence[int]) -> int:

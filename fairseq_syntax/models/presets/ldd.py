@@ -1,7 +1,7 @@
 """Architecture presets of LDD (Liu & Sima'an): labeled dependency distributions in the first encoder layer, whose
 16 heads get one label group each. The ablations of the paper's Table 1 are `--ldd-variant` of the same presets."""
 from .sizes import LDD_PAPER_MULTI30K, MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 (transformer_ldd, transformer_ldd_multi30k, transformer_ldd_paper_multi30k,
  transformer_ldd_tiny) = register_family("syntax_transformer", "transformer_ldd", {

@@ -1,7 +1,7 @@
 """Architecture presets of Sennrich & Haddow's label features in the Transformer encoder (the PASCAL paper's
 "+S&H" baseline, Bugliarello & Okazaki, 2020, appendix A.2): 10 of the embedding dimensions carry the label."""
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 (transformer_sh, transformer_sh_multi30k,
  transformer_sh_tiny) = register_family("syntax_transformer", "transformer_sh", {

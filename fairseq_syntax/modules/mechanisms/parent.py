@@ -2,7 +2,7 @@
 token itself and its parent(s) in the graph generated so far.
 
 "For a token o_i, we mask all but o_i and its parents": the parents of a token are the sources of the edges into
-it in the prefix graph (transition_function.py, §3's table): a piece's parents are the pieces of its head word and
+it in the prefix graph (data/transitions/function.py, §3's table): a piece's parents are the pieces of its head word and
 the arc token that attached it; an arc token's parent is its head word's pieces. Which edges a column may use is
 the decoder context's (decoder_context.py): in BiTran's re-encoded prefix every edge of the prefix, in fairseq's
 causal decoder those its own step knew. The head's other scores are -inf; its own key always stays, so a token with
@@ -17,7 +17,7 @@ import torch
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
-from .mechanisms import DECODER_CONTEXT, ScoreModification, SyntaxMechanism, register_decoder_mechanism
+from ..syntax_mechanism import DECODER_CONTEXT, ScoreModification, SyntaxMechanism, register_decoder_mechanism
 
 
 @dataclass

@@ -9,9 +9,9 @@ Arc-standard derives exactly the projective trees; a non-projective tree raises 
 from typing import List, NamedTuple, Optional, Sequence
 
 from .projectivity import check_tree, crossing_arcs
-from .subword import NO_WORD  # the word id of an arc token: the project's one value for columns that are not pieces
-from .transition_errors import InvalidTreeError, NonProjectiveError
-from .transition_tokens import (
+from ..subword import NO_WORD  # the word id of an arc token: the project's one value for columns that are not pieces
+from .errors import InvalidTreeError, NonProjectiveError
+from .tokens import (
     LEFT_ARC_PREFIX, RIGHT_ARC_PREFIX, WordRule, label_problem, starts_with_word_mark, word_ids_from_pieces,
 )
 

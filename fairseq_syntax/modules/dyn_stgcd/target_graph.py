@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..data.transition_tokens import WORD_MARK
-from .dependency_graph import piece_arcs, subword_label
+from ...data.transitions.tokens import WORD_MARK
+from ..dependency_graph import piece_arcs, subword_label
 
 
 def piece_graph(parent_first: Tensor, word_ids: Tensor, root_column: Optional[int] = None) -> Tensor:

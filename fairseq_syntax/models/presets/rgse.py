@@ -2,7 +2,7 @@
 self-attention of the lower encoder layers; bi-total RGSE, gated (edge-wise) integration, gated residual (the paper's
 best, §4.2). Variants, integrations and residuals are `--rgse-variant`, `--rgse-integration`, `--rgse-residual`."""
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 (transformer_rgse, transformer_rgse_paper_params, transformer_rgse_multi30k,
  transformer_rgse_tiny) = register_family("syntax_transformer", "transformer_rgse", {

@@ -15,7 +15,7 @@ import torch.nn as nn
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
-from .mechanisms import SyntaxMechanism, register_encoder_mechanism
+from ..syntax_mechanism import SyntaxMechanism, register_encoder_mechanism
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Architecture presets of LISA (Strubell et al., 2018) as the PASCAL paper's baseline (Bugliarello & Okazaki,
 2020, appendix A.2): one supervised biaffine head in the first encoder layer."""
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 (transformer_lisa, transformer_lisa_multi30k,
  transformer_lisa_tiny) = register_family("syntax_transformer", "transformer_lisa", {

@@ -3,12 +3,12 @@ Ding & Tao 2019, reimplemented them for its Table 3): `transformer_gcn` adds a g
 self-attention in encoder layers 0-2, `transformer_birnn_gcn` replaces self-attention there by a bidirectional GRU
 followed by the GCN, `transformer_birnn` (the paper's "BiRNN Transformer") by the bidirectional GRU alone, no
 syntax. Edge dropout 0.2, labels and gates on; `--no-encoder-gcn-labels` / `--no-encoder-gcn-gates` are
-the ablations of Choshen & Abend's Table 2 (fairseq_syntax/modules/graph_convolution.py)."""
+the ablations of Choshen & Abend's Table 2 (fairseq_syntax/modules/mechanisms/graph_convolution.py)."""
 from functools import partial
 
-from ..modules.graph_convolution import upgrade_option_names
+from ...modules.mechanisms.graph_convolution import upgrade_option_names
 from .sizes import MULTI30K, TINY, Preset, register_family, set_default
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 
 def _graph(mechanism, args):

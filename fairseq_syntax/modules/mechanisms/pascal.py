@@ -26,7 +26,7 @@ import torch
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
-from .mechanisms import ScoreModification, SyntaxMechanism, register_encoder_mechanism
+from ..syntax_mechanism import ScoreModification, SyntaxMechanism, register_encoder_mechanism
 
 
 def parent_gaussian_weights(parent_middle_halves: Tensor, num_keys: int, variance: float) -> Tensor:

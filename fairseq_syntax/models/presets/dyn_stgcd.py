@@ -12,7 +12,7 @@
 Any encoder mechanism combines with it (`--encoder-syntax pascal`).
 """
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 PAPER_BASE = dict(layers=6, embed_dim=512, ffn_embed_dim=2048, heads=4, dropout=0.1)
 SIZES = {  # size -> (encoder and embedding sizes, decoder blocks, graph width, hidden graphs)

@@ -1,16 +1,16 @@
 """Target-side transitions in a data-bin (`fairseq-syntax-preprocess --target-transitions`): the channels that
 carry the graph of every prefix, and the conversion of one parsed target sentence into its transition tokens.
 
-The target token stream of such a data-bin is the oracle's transition sequence (transition_oracle.py): the sentence's
+The target token stream of such a data-bin is the oracle's transition sequence (oracle.py): the sentence's
 pieces, with an <attached> mark before every word written without a space, interleaved with LEFT-ARC:l /
 RIGHT-ARC:l tokens, then EOS. Its side channels are two edge channels, one row
-per edge of the sequence's graph (transition_state.TransitionEdges), so the graph of the prefix tokens[:n] is the rows
+per edge of the sequence's graph (state.TransitionEdges), so the graph of the prefix tokens[:n] is the rows
 with step < n (positions are 0-based token positions of the target, EOS excluded):
   transition_edges        (source position, target position, step, edge kind), uint16
   transition_edge_labels  the edge's label id in dict.{tgt}.labels.txt
 The tree channels (word_ids, heads, labels) are not written for that side: word_ids is one row per piece, and the
 target's tokens are no longer its pieces; heads and labels are read back from the tokens by f (transition_state).
-`syntax.json` lists the added tokens (transition_tokens.transition_vocabulary: the mark, then the arc tokens) under
+`syntax.json` lists the added tokens (tokens.transition_vocabulary: the mark, then the arc tokens) under
 `target_transitions` (SyntaxManifest), in the order they were appended to the target dictionary.
 """
 import os
@@ -18,10 +18,10 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .channels import ChannelSpec, LabelDictionary, SentenceSyntax, SyntaxManifest, register_channel
-from .transition_oracle import oracle
-from .transition_state import EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD
-from .transition_tokens import (
+from ..channels import ChannelSpec, LabelDictionary, SentenceSyntax, SyntaxManifest, register_channel
+from .oracle import oracle
+from .state import EDGE_FROM_TRANSITION, EDGE_TO_TRANSITION, EDGE_WORD
+from .tokens import (
     ATTACHED_MARK, EOS, FAIRSEQ_SPECIALS, WORD_CONTINUATIONS, WORD_MARK_ONLY, WORD_START, every_piece_is_a_word,
     mark_attached_words, starts_with_word_mark, vocabulary_classes, vocabulary_labels,
 )
@@ -43,7 +43,7 @@ for _spec in (
 
 def word_rule(word_level: bool):
     """The word-boundary rule of a data-bin's target tokens at decoding time: every token is a word in a word-level
-    data-bin, else sentencepiece's U+2581 rule (transition_tokens.py, "Word boundaries")."""
+    data-bin, else sentencepiece's U+2581 rule (tokens.py, "Word boundaries")."""
     return every_piece_is_a_word if word_level else starts_with_word_mark
 
 
@@ -59,7 +59,7 @@ def transition_sequence(heads: Sequence[int], labels: Sequence[str], pieces: Seq
                         word_ids: Sequence[int], word_initial=starts_with_word_mark) -> Tuple[List[str], List[int]]:
     """The oracle's tokens and their word ids (NO_WORD on arcs) for a parsed sentence with its explicit
     piece -> word map, with the attached-word marks that let `word_initial` (word_rule) read the same words at
-    decoding; raises transition_errors.NonProjectiveError / InvalidTreeError."""
+    decoding; raises errors.NonProjectiveError / InvalidTreeError."""
     marked, marked_ids = mark_attached_words(list(pieces), [int(w) for w in word_ids], word_initial)
     sequence = oracle(list(heads), list(labels), marked, marked_ids, word_initial)
     return sequence.tokens, sequence.word_ids
@@ -69,13 +69,13 @@ def transition_syntaxes(sequences: Sequence[Sequence[str]], word_ids: Sequence[S
                         label_dict: LabelDictionary, word_initial=starts_with_word_mark,
                         batch_size: int = 256) -> List[SentenceSyntax]:
     """The transition channels of target sentences (their transition tokens and the word of each piece, NO_WORD on
-    arcs, as transition_sequence gives them), from the batched transition function (transition_function.py) that
+    arcs, as transition_sequence gives them), from the batched transition function (function.py) that
     training and decoding use: the graph of each sequence as edge rows ordered by (step, kind, source, target), the
-    order of transition_state.transition_edges. Raises ValueError where the words the function reads differ from the
+    order of state.transition_edges. Raises ValueError where the words the function reads differ from the
     given ones (the attached-word marks failed)."""
     import torch
 
-    from .transition_function import TransitionScan
+    from .function import TransitionScan
 
     out: List[SentenceSyntax] = []
     for start in range(0, len(sequences), batch_size):

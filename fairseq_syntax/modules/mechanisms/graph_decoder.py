@@ -23,9 +23,9 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor
 
-from .decoder_context import DecoderContext
+from ..decoder_context import DecoderContext
 from .graph_convolution import DOWN, UP, DirectedEdges, GraphConvolution, node_index
-from .mechanisms import DECODER_CONTEXT, SyntaxMechanism, register_decoder_mechanism
+from ..syntax_mechanism import DECODER_CONTEXT, SyntaxMechanism, register_decoder_mechanism
 
 
 @dataclass

@@ -28,9 +28,9 @@ import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import Tensor
 
-from ..data.dependency_distributions import NUM_GROUPS, OUTSIDE_GROUPS, word_distributions
-from ..data.subword import expand_word_matrix, parent_words
-from .mechanisms import ScoreModification, SyntaxMechanism, register_encoder_mechanism
+from ...data.dependency_distributions import NUM_GROUPS, OUTSIDE_GROUPS, word_distributions
+from ...data.subword import expand_word_matrix, parent_words
+from ..syntax_mechanism import ScoreModification, SyntaxMechanism, register_encoder_mechanism
 
 VARIANTS = ("ldd", "lda", "ldp", "udp", "uldd", "uudd", "udd", "unlabeled")
 LABELED = ("ldd", "lda", "ldp", "uldd")

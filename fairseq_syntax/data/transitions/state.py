@@ -1,5 +1,5 @@
 """The transition function f and the validity function in plain Python (`TransitionState`: the readable
-reference of transition_function.TransitionScan, and what turns a finished sequence into a tree), with the labeled
+reference of function.TransitionScan, and what turns a finished sequence into a tree), with the labeled
 graph of every prefix as one edge list (training).
 
 The graph of a prefix (§3's table). Nodes are the token positions of the sequence (pieces AND arc tokens). An arc
@@ -25,9 +25,9 @@ from typing import Callable, FrozenSet, List, Mapping, NamedTuple, Optional, Seq
 
 import numpy as np
 
-from .subword import NO_WORD  # the word id of an arc token: the project's one value for columns that are not pieces
-from .transition_errors import InvalidTransitionError
-from .transition_tokens import (
+from ..subword import NO_WORD  # the word id of an arc token: the project's one value for columns that are not pieces
+from .errors import InvalidTransitionError
+from .tokens import (
     ATTACHED_MARK, CLASS_NAMES, EOS, LEFT_ARC, LEFT_ARC_PREFIX, OTHER, RIGHT_ARC, RIGHT_ARC_PREFIX, WORD_BEGINNINGS,
     WORD_CONTINUATIONS, WORD_CONTINUE, WORD_CONTINUE_NO_TEXT, WORD_MARK_ONLY, WORD_START, WordRule,
     starts_with_word_mark, token_class,

@@ -1,5 +1,5 @@
-"""The transition function f of Choshen & Abend's transition system (transition_tokens.py: the system;
-transition_oracle.py: the oracle; transition_state.py: the Python reference TransitionState), batched and on the
+"""The transition function f of Choshen & Abend's transition system (tokens.py: the system;
+oracle.py: the oracle; state.py: the Python reference TransitionState), batched and on the
 device: a batch of prefixes of token ids in, the state after them (stack, words, validity) and the labeled graph of
 every prefix out. Preprocessing, training (the prefix graph of every target position) and beam search (the validity
 mask, and the prefix graph a decoder re-encodes) all call this one function.
@@ -17,7 +17,7 @@ A token that is not valid in its row's state (it cannot happen in a sequence of 
 search; it can in a hypothesis forced from outside) changes nothing and is recorded as class OTHER (`applied` is
 False there), so the state stays that of the valid prefix.
 
-The graph of the prefix tokens[:n] (§3's table, transition_state.py "The graph of a prefix"): each arc token x at
+The graph of the prefix tokens[:n] (§3's table, state.py "The graph of a prefix"): each arc token x at
 position s with head word h and dependent word d adds h -> d (every piece to every piece), x -> d and h -> x, all
 at step s. `parent_steps` gives it as one (B, n, n) matrix of the step at which source -> target appears (-1:
 never): the graph of the first m tokens is 0 <= steps < m.
@@ -31,7 +31,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .transition_tokens import (
+from .tokens import (
     EOS, LEFT_ARC, NUM_CLASSES, OTHER, RIGHT_ARC, WORD_CONTINUE, WORD_CONTINUE_NO_TEXT, WORD_MARK_ONLY, WORD_START,
 )
 
@@ -186,7 +186,7 @@ class TransitionScan:
         return allowed
 
     def mask(self, token_class: Tensor, remaining: Union[None, int, Tensor] = None) -> Tensor:
-        """(B, V) bool, True where the token may come next (`token_class` from transition_tokens.vocabulary_classes)."""
+        """(B, V) bool, True where the token may come next (`token_class` from tokens.vocabulary_classes)."""
         return self.allowed_classes(remaining)[:, token_class]
 
     def tokens_to_finish(self) -> Tensor:

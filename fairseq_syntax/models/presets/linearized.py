@@ -7,9 +7,9 @@ with no decoder mechanism, and any encoder mechanism combines with it (`--encode
 `transformer_pascal_linearized_*`)."""
 from fairseq.models import register_model_architecture
 
-from .pascal_presets import transformer_pascal_multi30k, transformer_pascal_tiny
+from .pascal import transformer_pascal_multi30k, transformer_pascal_tiny
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 (transformer_linearized, transformer_linearized_multi30k,
  transformer_linearized_tiny) = register_family("syntax_transformer", "transformer_linearized", {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import List
 
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 
 # ---- the paper's settings (Table 7) ------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The tokens of Choshen & Abend's transition system ("Enhancing the Transformer Decoder with Transition-based
 Syntax", §3 and appendix B "Transitions"): the arc tokens and the attached-word mark, the word-boundary rule, the
 class of every token (and of every vocabulary symbol, for the batched function's masks), and the vocabulary a
-transition data-bin adds. The rest of the system: projectivity.py (tree checks, Lift), transition_oracle.py (the
-oracle), transition_state.py (f, the validity function and the graph of a prefix in plain Python),
-transition_output.py (a finished sequence as a tree, text, CoNLL-U), transition_function.py (f batched, on device),
-transition_errors.py (the system's errors).
+transition data-bin adds. The rest of the system: projectivity.py (tree checks, Lift), oracle.py (the
+oracle), state.py (f, the validity function and the graph of a prefix in plain Python),
+output.py (a finished sequence as a tree, text, CoNLL-U), function.py (f batched, on device),
+errors.py (the system's errors).
 
 The system. Arc-standard (Nivre 2003) in which SHIFT is replaced by generating the next subword piece:
   piece t          a word-initial piece pushes a new word; a continuation piece is appended to the word on top
@@ -56,8 +56,8 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from .text_normalization import has_visible_text
-from .transition_errors import InvalidTreeError
+from ..text_normalization import has_visible_text
+from .errors import InvalidTreeError
 
 WORD_MARK = "\u2581"
 ATTACHED_MARK = "<attached>"  # begins a word written without a space before it (module doc, "Attached words")
@@ -67,7 +67,7 @@ EOS_SYMBOL = "</s>"  # fairseq's end of sentence; a transition sequence itself n
 ROOT_LABEL = "root"  # UD's label of the root word (its edge is deleted from the transitions)
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "<unk>")  # never valid as a generated token (`vocabulary_classes`)
 
-# token classes (shared by the Python validity function and the batched one, transition_function.py)
+# token classes (shared by the Python validity function and the batched one, function.py)
 WORD_START, WORD_CONTINUE, LEFT_ARC, RIGHT_ARC, EOS, OTHER, WORD_MARK_ONLY, WORD_CONTINUE_NO_TEXT = range(8)
 NUM_CLASSES = 8
 CLASS_NAMES = ("word-initial piece", "continuation piece", "LEFT-ARC", "RIGHT-ARC", "EOS", "other",
@@ -242,7 +242,7 @@ def is_transition_token(token: str) -> bool:
     return token == ATTACHED_MARK or is_arc(token)
 
 
-# ---- the vocabulary's classes for the batched function (transition_function.py) ------------------------------
+# ---- the vocabulary's classes for the batched function (function.py) ------------------------------
 
 def vocabulary_classes(symbols: Sequence[str], word_initial: WordRule = starts_with_word_mark,
                        eos: str = EOS_SYMBOL, specials: Sequence[str] = FAIRSEQ_SPECIALS,

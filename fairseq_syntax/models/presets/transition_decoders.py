@@ -13,7 +13,7 @@ give: Nematus' transformer defaults). The encoder is fairseq's (the paper's) unl
 (`--encoder-syntax pascal`, ...): every decoder combines with every encoder mechanism.
 """
 from .sizes import MULTI30K, TINY, Preset, register_family
-from .syntax_transformer import base_syntax_transformer
+from ..syntax_transformer import base_syntax_transformer
 
 MEDIUM = dict(layers=4, embed_dim=256, ffn_embed_dim=1024, heads=8, dropout=0.1)
 LARGE = dict(layers=6, embed_dim=512, ffn_embed_dim=2048, heads=8, dropout=0.1)
