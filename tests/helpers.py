@@ -127,11 +127,12 @@ def four_hypotheses_of_one_source(task, model, columns: int):
 def assert_incremental_decoding_equals_full(decoder, prefixes, encoder_out, reorder_at: int, name: str = ""):
     """Step-by-step decoding of `prefixes` (4 rows, no padding) with fairseq's incremental state gives what the
     decoder gives on the whole prefixes, also when beam search moves the hypotheses between rows (at step
-    `reorder_at`, reorder_incremental_state)."""
+    `reorder_at`, reorder_incremental_state). Returns the `extra` of the whole prefixes and of the last step (whose
+    rows are back in the prefixes' order), for a decoder's other outputs."""
     import torch
 
     with torch.no_grad():
-        full, _ = decoder(prefixes, encoder_out=encoder_out)
+        full, full_extra = decoder(prefixes, encoder_out=encoder_out)
         order = torch.tensor([2, 0, 3, 1], device=prefixes.device)
         back = torch.argsort(order)
         state, steps, tokens = {}, [], prefixes[order]
@@ -139,9 +140,22 @@ def assert_incremental_decoding_equals_full(decoder, prefixes, encoder_out, reor
             if t == reorder_at:
                 decoder.reorder_incremental_state_scripting(state, back)
                 tokens = tokens[back]
-            step, _ = decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
+            step, step_extra = decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
             steps.append(step if t >= reorder_at else step[back])
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    return full_extra, step_extra
+
+
+def is_tree(heads) -> bool:
+    """1-based heads (0 = the root) form a tree: one root, and every word reaches it."""
+    for start in range(1, len(heads) + 1):
+        seen, node = set(), start
+        while node != 0 and node not in seen:
+            seen.add(node)
+            node = heads[node - 1]
+        if node != 0:
+            return False
+    return sum(head == 0 for head in heads) == 1
 
 
 def marked_slow(values, slow):

@@ -24,7 +24,7 @@ from fairseq_syntax.modules.dyn_stgcd.target_graph import (
 
 from .helpers import (
     REPO, USER_DIR, assert_conllu_lines_are_whole, assert_incremental_decoding_equals_full, byte_pieces, cli_common,
-    four_hypotheses_of_one_source, run_cli, train_few_updates, write_ewt_sample,
+    four_hypotheses_of_one_source, is_tree, run_cli, train_few_updates, write_ewt_sample,
 )
 
 TRAIN, VALID = 60, 12
@@ -65,18 +65,6 @@ def tree_words(text):
     a CoNLL-U field (control characters left out, whitespace ones as a space, `_` for a word with nothing
     visible)."""
     return [conllu_field(word) for word in text.split(" ") if word]
-
-
-def is_tree(heads):
-    """1-based heads (0 = the root) form a tree: one root, and every word reaches it."""
-    for start in range(1, len(heads) + 1):
-        seen, node = set(), start
-        while node != 0 and node not in seen:
-            seen.add(node)
-            node = heads[node - 1]
-        if node != 0:
-            return False
-    return sum(head == 0 for head in heads) == 1
 
 
 def shortest(task, count):

@@ -22,7 +22,7 @@ from fairseq_syntax.modules.mechanisms.ldd import LabeledDependencyDistributions
 from fairseq_syntax_preprocess.cli import cli_main as preprocess_main
 
 from .devices import on
-from .helpers import USER_DIR, run_cli, write_multi30k_sample
+from .helpers import USER_DIR, is_tree, run_cli, write_multi30k_sample
 from .test_end_to_end import data_bin  # noqa: F401  (module fixture: a small spaCy-parsed data-bin)
 from .test_supar_parser import tiny_model  # noqa: F401  (a SuPar parser trained on 300 EWT sentences)
 
@@ -324,7 +324,7 @@ def test_supar_distributions_sum_to_one_and_agree_with_the_parser(tiny_model):  
         np.add.at(totals, a.dependents, a.probs / PROBABILITY_SCALE)
         assert (totals <= 1.0 + 16 * 0.5 / PROBABILITY_SCALE).all() and (a.probs > 0).all()
         argmax = rows.argmax(-1).tolist()
-        if _is_tree(argmax):  # the tree decoder does not intervene: the parser's 1-best is the argmax
+        if is_tree(argmax):  # the tree decoder does not intervene: the parser's 1-best is the argmax
             agreed += 1
             assert argmax == one.heads
     assert agreed >= 4
@@ -332,17 +332,6 @@ def test_supar_distributions_sum_to_one_and_agree_with_the_parser(tiny_model):  
     assert summary["retained_arc_mass"] > 0.99 and 0 < summary["outside_group_share"] < 1
 
 
-def _is_tree(heads):
-    if sum(h == 0 for h in heads) != 1:
-        return False
-    for start in range(1, len(heads) + 1):
-        seen, node = set(), start
-        while node != 0:
-            if node in seen:
-                return False
-            seen.add(node)
-            node = heads[node - 1]
-    return True
 
 
 # ---- through the fairseq entry points -----------------------------------------------------------------------

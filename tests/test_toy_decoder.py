@@ -11,7 +11,7 @@ import torch
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.models.decoders import ADJACENCY, DECODERS, contract_of
 
-from .helpers import REPO, four_hypotheses_of_one_source, run_cli
+from .helpers import REPO, assert_incremental_decoding_equals_full, four_hypotheses_of_one_source, is_tree, run_cli
 
 TOY_PLUGIN = REPO / "tests" / "toy_plugin"
 COMMON = ["--user-dir", TOY_PLUGIN, "--task", "syntax_translation", "-s", "en", "-t", "de", "--cpu", "--num-workers",
@@ -44,40 +44,13 @@ def test_the_preset_or_decoder_type_chooses_the_decoder_and_its_option_reaches_i
 
 def test_incremental_decoding_equals_the_full_forward(small_spacy_bin):
     """Four forced prefixes of one source, step by step with fairseq's incremental state and the rows reordered
-    midway as beam search reorders them: every step's log-probabilities and the last step's arc scores are those
-    of the full forward."""
+    midway as beam search reorders them: every step's output (the newest column only) and the last step's arc
+    scores are those of the full forward."""
     task, model = build(small_spacy_bin)
-    decoder = model.decoder
     prefixes, encoder_out = four_hypotheses_of_one_source(task, model, 8)
-    reorder_at = 4
-    with torch.no_grad():
-        full = decoder(prefixes, encoder_out=encoder_out)
-        full_log_probs = model.get_normalized_probs(full, log_probs=True)
-        order = torch.tensor([2, 0, 3, 1])
-        back = torch.argsort(order)
-        state, steps, tokens = {}, [], prefixes[order]
-        for t in range(prefixes.size(1)):
-            if t == reorder_at:
-                decoder.reorder_incremental_state_scripting(state, back)
-                tokens = tokens[back]
-            step = decoder(tokens[:, :t + 1], encoder_out=encoder_out, incremental_state=state)
-            log_probs = model.get_normalized_probs(step, log_probs=True)
-            assert log_probs.shape == (4, 1, len(task.target_dictionary))  # the newest column only
-            steps.append(log_probs if t >= reorder_at else log_probs[back])
-    torch.testing.assert_close(torch.cat(steps, dim=1), full_log_probs, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(step[1][ADJACENCY], full[1][ADJACENCY], rtol=1e-4, atol=1e-5)
-
-
-def is_tree(heads):
-    """1-based heads (0 = the root) form a tree: one root, and every word reaches it."""
-    for start in range(1, len(heads) + 1):
-        seen, node = set(), start
-        while node != 0 and node not in seen:
-            seen.add(node)
-            node = heads[node - 1]
-        if node != 0:
-            return False
-    return sum(head == 0 for head in heads) == 1
+    full, last_step = assert_incremental_decoding_equals_full(model.decoder, prefixes, encoder_out, reorder_at=4,
+                                                              name="toy_graph_gru")
+    torch.testing.assert_close(last_step[ADJACENCY], full[ADJACENCY], rtol=1e-4, atol=1e-5)
 
 
 def test_trains_generates_and_writes_trees(small_spacy_bin, tmp_path):
