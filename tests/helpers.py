@@ -146,6 +146,22 @@ def assert_incremental_decoding_equals_full(decoder, prefixes, encoder_out, reor
     return full_extra, step_extra
 
 
+def build_task_and_model(destdir, *arguments):
+    """The task and a freshly built model (seed 1, eval mode) of fairseq-train's command line `destdir arguments`,
+    with the valid split loaded."""
+    import torch
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(destdir), *map(str, arguments)])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(1)
+    model = task.build_model(cfg.model).eval()
+    task.load_dataset("valid")
+    return task, model
+
+
 def is_tree(heads) -> bool:
     """1-based heads (0 = the root) form a tree: one root, and every word reaches it."""
     for start in range(1, len(heads) + 1):

@@ -24,7 +24,7 @@ from fairseq_syntax.modules.dyn_stgcd.target_graph import (
 
 from .helpers import (
     REPO, USER_DIR, assert_conllu_lines_are_whole, assert_incremental_decoding_equals_full, byte_pieces, cli_common,
-    four_hypotheses_of_one_source, is_tree, run_cli, train_few_updates, write_ewt_sample,
+    build_task_and_model, four_hypotheses_of_one_source, is_tree, run_cli, train_few_updates, write_ewt_sample,
 )
 
 TRAIN, VALID = 60, 12
@@ -44,19 +44,8 @@ def parsed_bin(data_root, tmp_path_factory):
 
 
 def build(destdir, *options):
-    from fairseq import options as fairseq_options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    parser = fairseq_options.get_training_parser()
-    args = fairseq_options.parse_args_and_arch(parser, [str(destdir), "--user-dir", str(USER_DIR), "--task",
-                                                        "syntax_translation", "-s", "de", "-t", "en", "--arch",
-                                                        "dyn_stgcd_tiny", "--cpu", "--dropout", "0", *options])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    torch.manual_seed(1)
-    model = task.build_model(cfg.model).eval()
-    task.load_dataset("valid")
-    return task, model
+    return build_task_and_model(destdir, "--user-dir", USER_DIR, "--task", "syntax_translation", "-s", "de", "-t",
+                                "en", "--arch", "dyn_stgcd_tiny", "--cpu", "--dropout", "0", *options)
 
 
 def tree_words(text):

@@ -11,7 +11,10 @@ import torch
 import fairseq_syntax  # noqa: F401
 from fairseq_syntax.models.decoders import ADJACENCY, DECODERS, contract_of
 
-from .helpers import REPO, assert_incremental_decoding_equals_full, four_hypotheses_of_one_source, is_tree, run_cli
+from .helpers import (
+    REPO, assert_incremental_decoding_equals_full, build_task_and_model, four_hypotheses_of_one_source, is_tree,
+    run_cli,
+)
 
 TOY_PLUGIN = REPO / "tests" / "toy_plugin"
 COMMON = ["--user-dir", TOY_PLUGIN, "--task", "syntax_translation", "-s", "en", "-t", "de", "--cpu", "--num-workers",
@@ -20,18 +23,7 @@ COMMON = ["--user-dir", TOY_PLUGIN, "--task", "syntax_translation", "-s", "en", 
 
 def build(destdir, *options):
     """The task and a freshly built model (seeded, eval mode, no dropout) of the toy preset with `options`."""
-    from fairseq import options as fairseq_options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    parser = fairseq_options.get_training_parser()
-    args = fairseq_options.parse_args_and_arch(parser, [str(destdir), *map(str, COMMON), "--arch",
-                                                        "toy_graph_gru_tiny", "--dropout", "0", *options])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    torch.manual_seed(1)
-    model = task.build_model(cfg.model).eval()
-    task.load_dataset("valid")
-    return task, model
+    return build_task_and_model(destdir, *COMMON, "--arch", "toy_graph_gru_tiny", "--dropout", "0", *options)
 
 
 def test_the_preset_or_decoder_type_chooses_the_decoder_and_its_option_reaches_it(small_spacy_bin):
