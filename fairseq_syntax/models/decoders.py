@@ -115,7 +115,7 @@ class SyntaxDecoder:
         """The words and heads of each hypothesis (token ids ending with EOS; row i of `encoder_out` is its source),
         from the graph generated with it (a decoder that predicts_graph; --trees-out on a data-bin without target
         transitions). With `tree` a well-formed tree (HEAD), without it each word's raw argmax (`# argmax_heads`).
-        Called after beam search, under torch.no_grad. modules/target_graph.predicted_tree gives both from a
+        Called after beam search, under torch.no_grad. modules/dyn_stgcd/target_graph.predicted_tree gives from a
         score matrix over BOS and the pieces; the task spells each word's pieces with the data-bin's segmenter."""
         raise NotImplementedError(f"{type(self).__name__} generates no graph (predicts_graph is False)")
 
