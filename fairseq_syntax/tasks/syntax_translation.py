@@ -20,11 +20,14 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.channels import LabelDictionary, SentenceSyntax, SyntaxManifest, label_dict_path
 from ..data.features import FEATURES, collate_features
+from ..data.segmentation import open_segmenter
 from ..data.sentencepiece_codec import WordAlignedEncoder
 from ..data.syntax_channels import SyntaxChannels
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
+from ..data.transitions.tokens import is_transition_token
 from ..models.decoders import contract_of
 from ..modules.decoder_context import TargetTransitions
+from .constrained_generation import ConstrainedSequenceGenerator
 from .raw_text import EncodedSource, InferenceDataset, RawTextEncoder
 from .trees_out import GeneratedTrees
 
@@ -304,8 +307,6 @@ class SyntaxTranslationTask(TranslationTask):
         if seq_gen_cls is not None or getattr(args, "print_alignment", False):
             raise ValueError(f"{what} is decoded by the constrained generator; --print-alignment (or another "
                              f"generator class) is not supported with it")
-        from .constrained_generation import ConstrainedSequenceGenerator
-
         kwargs = dict(extra_gen_cls_kwargs or {}, transitions=self.target_transitions)
         return super().build_generator(models, args, seq_gen_cls=ConstrainedSequenceGenerator,
                                        extra_gen_cls_kwargs=kwargs, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
@@ -331,8 +332,6 @@ class SyntaxTranslationTask(TranslationTask):
         """Without --bpe, output is decoded with the data-bin's segmenter, its sentencepiece model or its word-level
         codec (D- lines of fairseq-generate and fairseq-interactive are then text)."""
         if getattr(args, "bpe", None) is None and self.manifest is not None:
-            from ..data.segmentation import open_segmenter
-
             return SentencePieceText(open_segmenter(utils.split_paths(self.cfg.data)[0], self.manifest),
                                      strip_transitions=bool(self.manifest.target_transitions))
         return super().build_bpe(args)
@@ -358,8 +357,6 @@ class SentencePieceText:
     def decode(self, text: str) -> str:
         tokens = text.split(" ")
         if self.strip_transitions:
-            from ..data.transitions.tokens import is_transition_token
-
             tokens = [token for token in tokens if not is_transition_token(token)]
         if self.pieces is None:
             return self.encoder.decode(tokens)
