@@ -221,11 +221,12 @@ def check_decoder_options(args):
     for name, decoder in DECODERS.items():
         if name == args.decoder_type or decoder.options is None:
             continue
-        for option in fields(decoder.options):
+        defaults = decoder.options()
+        for option in fields(defaults):
             if option.name.startswith("_"):  # FairseqDataclass's _name
                 continue
             value = getattr(args, option.name, None)
-            if value is not None and value != getattr(decoder.options(), option.name):
+            if value is not None and value != getattr(defaults, option.name):
                 raise ValueError(f"--{option.name.replace('_', '-')} is an option of --decoder-type {name}, not "
                                  f"{args.decoder_type}")
 

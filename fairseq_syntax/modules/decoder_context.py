@@ -79,9 +79,10 @@ class PrefixScanner:
         transitions = self.transitions.to(prev_output_tokens.device)
         generated = prev_output_tokens[:, 1:]
         kept = incremental_state.get(self.KEY) if incremental_state is not None else None
-        if kept is not None and kept.depth.size(0) == generated.size(0) and kept.length == generated.size(1):
+        kept_columns = kept.length if kept is not None and kept.depth.size(0) == generated.size(0) else None
+        if kept_columns == generated.size(1):
             return kept
-        if kept is not None and kept.depth.size(0) == generated.size(0) and kept.length == generated.size(1) - 1:
+        if kept_columns == generated.size(1) - 1:
             scan = kept.extend(generated[:, -1:], transitions.token_class, transitions.label_of)
         else:
             scan = TransitionScan.of(generated, transitions.token_class, transitions.label_of)
