@@ -17,6 +17,8 @@ import torch
 from fairseq.data import Dictionary
 
 import fairseq_syntax  # noqa: F401  (registers the models and presets)
+from fairseq_syntax.data.channels import LabelDictionary
+from fairseq_syntax.data.vocabulary import SyntaxDictionary
 from fairseq_syntax.models.presets.lstm import lstm_birnn2, lstm_gcn, lstm_rgse
 from fairseq_syntax.models.syntax_lstm import SyntaxLSTMModel
 
@@ -40,9 +42,10 @@ def dictionary(size: int) -> Dictionary:
 
 
 def count(preset, options, cell: str, source_vocab: int, target_vocab: int) -> int:
-    task = Namespace(source_dictionary=dictionary(source_vocab), target_dictionary=dictionary(target_vocab),
-                     label_dicts={}, cfg=Namespace(source_lang="en", target_lang="de"))
-    args = Namespace(criterion="cross_entropy", source_label_count=SOURCE_LABELS, rnn_cell=cell, **options)
+    labels = LabelDictionary([f"label{i}" for i in range(1, SOURCE_LABELS)])
+    task = Namespace(source_dictionary=SyntaxDictionary.extend(dictionary(source_vocab), labels),
+                     target_dictionary=dictionary(target_vocab), cfg=Namespace(source_lang="en", target_lang="de"))
+    args = Namespace(criterion="cross_entropy", rnn_cell=cell, **options)
     preset(args)
     with torch.device("meta"):  # sizes only: no memory, no initialisation
         model = SyntaxLSTMModel.build_model(args, task)

@@ -72,6 +72,15 @@ def toy_dictionary(size: int):
     return dictionary
 
 
+def with_labels(dictionary, num_labels: int):
+    """The dictionary as the syntax task gives it to a model, with a source side of `num_labels` label ids (0
+    included, as a data-bin's label dictionary counts them)."""
+    from fairseq_syntax.data.channels import LabelDictionary
+    from fairseq_syntax.data.vocabulary import SyntaxDictionary
+
+    return SyntaxDictionary.extend(dictionary, LabelDictionary([f"label{i}" for i in range(1, num_labels)]))
+
+
 def write_ewt_sample(data_root: Path, out: Path, train: int, valid: int) -> Path:
     """A copy task from the first UD English-EWT train trees: OUT/{train,valid}.{en,de}.conllu (the same trees on
     both sides) and OUT/{split}.{de,en} (their text), `train` then `valid` sentences (also bench/decoder_cost.py's

@@ -31,7 +31,7 @@ from fairseq_syntax.modules.mechanisms.ldd import VARIANTS as LDD_VARIANTS, Labe
 from fairseq_syntax.modules.mechanisms.pascal import ParentScaledModifier
 
 from .devices import on, requires_cuda
-from .helpers import toy_dictionary
+from .helpers import toy_dictionary, with_labels
 
 NUM_LABELS = 12
 LOW_PRECISION = [pytest.param(torch.float16, id="float16"), pytest.param(torch.bfloat16, id="bfloat16")]
@@ -41,7 +41,7 @@ SOURCE_FEATURES = ["src_parent_middle_halves", "src_parent_first", "src_labels",
                    "src_label_groups", "src_ldd_dependents", "src_ldd_heads", "src_ldd_groups", "src_ldd_probs"]
 
 
-DICT = toy_dictionary(40)
+DICT = with_labels(toy_dictionary(40), NUM_LABELS)
 
 
 def skip_unsupported(device, dtype):
@@ -90,9 +90,9 @@ def random_batch(word_counts=(5, 2, 8, 4), target_length=7, seed=0):
 
 
 def tiny_model(arch, seed=0):
-    task = Namespace(source_dictionary=DICT, target_dictionary=DICT, label_dicts={},
+    task = Namespace(source_dictionary=DICT, target_dictionary=DICT,
                      cfg=Namespace(source_lang="en", target_lang="de"))
-    args = Namespace(arch=arch, source_label_count=NUM_LABELS, share_all_embeddings=True)
+    args = Namespace(arch=arch, share_all_embeddings=True)
     ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(seed)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task)

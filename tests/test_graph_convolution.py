@@ -377,7 +377,7 @@ def test_bigru_reads_each_sentence_alone_whatever_the_padding(device):
 # ---- the mechanisms -----------------------------------------------------------------------------------------------
 
 def mechanism_args(**values):
-    return Namespace(**{"source_label_count": NUM_LABELS, "dropout": 0.0, "encoder_gcn_edge_dropout": 0.0,
+    return Namespace(**{"dropout": 0.0, "encoder_gcn_edge_dropout": 0.0,
                         "no_encoder_gcn_labels": False, "no_encoder_gcn_gates": False, **values})
 
 
@@ -387,7 +387,8 @@ def test_gcn_sublayer_is_a_residual_normalized_gcn(left_pad, normalize_before, d
     sentences = random_sentences(WORDS, seed=9, split_root=False)  # (piece_arcs and the rule then agree)
     syntax, mask = batch_features(sentences, left_pad)
     torch.manual_seed(3)
-    mechanism = GraphConvolutionSublayer(mechanism_args(encoder_normalize_before=normalize_before), EMBED_DIM, 2, 0)
+    mechanism = GraphConvolutionSublayer(mechanism_args(encoder_normalize_before=normalize_before), EMBED_DIM, 2, 0,
+                                         source_label_count=NUM_LABELS)
     mechanism = mechanism.double().eval()
     x = torch.randn(syntax["src_word_ids"].size(1), len(sentences), EMBED_DIM, dtype=torch.float64)
     per_sentence = [rule_arcs(s) for s in sentences]
@@ -404,7 +405,7 @@ def test_gcn_sublayer_is_a_residual_normalized_gcn(left_pad, normalize_before, d
 def test_birnn_gcn_is_the_gcn_over_the_bigru_with_a_residual_and_ignores_padding_side(device):
     sentences = random_sentences(WORDS, seed=10, split_root=False)
     torch.manual_seed(4)
-    mechanism = BiGRUGraphConvolution(mechanism_args(), EMBED_DIM, 2, 0).double().eval()
+    mechanism = BiGRUGraphConvolution(mechanism_args(), EMBED_DIM, 2, 0, source_label_count=NUM_LABELS).double().eval()
     module = on(device, mechanism)
     real = {}
     for left_pad in (True, False):
@@ -447,11 +448,11 @@ def test_birnn_is_the_bigru_alone_and_reads_no_syntax(device):
 
 def test_mechanisms_refuse_bad_options():
     with pytest.raises(ValueError, match="label dictionary"):
-        GraphConvolutionSublayer(mechanism_args(source_label_count=None), EMBED_DIM, 2, 0)
+        GraphConvolutionSublayer(mechanism_args(), EMBED_DIM, 2, 0)  # no source labels
     with pytest.raises(ValueError, match="edge-dropout"):
         GraphConvolutionSublayer.check_args(mechanism_args(encoder_gcn_edge_dropout=1.0))
     with pytest.raises(ValueError, match="odd"):
-        BiGRUGraphConvolution(mechanism_args(), 7, 1, 0)
+        BiGRUGraphConvolution(mechanism_args(), 7, 1, 0, source_label_count=NUM_LABELS)
     with pytest.raises(ValueError, match="odd"):
         BiGRUSublayer(Namespace(), 7, 1, 0)
 

@@ -25,10 +25,10 @@ from fairseq_syntax.models.syntax_lstm import SyntaxLSTMEncoder, SyntaxLSTMModel
 from fairseq_syntax.modules.additive_attention import AdditiveAttention
 
 from .devices import float32_tolerances, on
-from .helpers import marked_slow, run_cli
-from .test_syntax_lstm import COMMON, DICT, EMBED, HIDDEN, LAYERS, NUM_LABELS, batch, module_directly, run, train
+from .helpers import marked_slow, run_cli, with_labels
+from .test_syntax_lstm import COMMON, DICT, EMBED, HIDDEN, LAYERS, batch, module_directly, run, train
 
-TASK = Namespace(source_dictionary=DICT, target_dictionary=DICT, label_dicts={},
+TASK = Namespace(source_dictionary=DICT, target_dictionary=DICT,
                  cfg=Namespace(source_lang="en", target_lang="de"))
 
 
@@ -83,8 +83,8 @@ def test_additive_attention_is_the_equations_per_position(left_pad, device):
 def gru_encoder(layer, seed=0, num_layers=1, **options):
     """A small SyntaxLSTMEncoder in the GRU form with the syntax layer `layer` (test_syntax_lstm's LAYERS)."""
     torch.manual_seed(seed)
-    args = Namespace(**{"lstm_syntax": layer.split("-")[0], "source_label_count": NUM_LABELS,
-                        "encoder_gcn_edge_dropout": 0.0, **LAYERS.get(layer, {}), **options})
+    args = Namespace(**{"lstm_syntax": layer.split("-")[0], "encoder_gcn_edge_dropout": 0.0, **LAYERS.get(layer, {}),
+                        **options})
     module = SyntaxLSTMEncoder(args, DICT, rnn_cell="gru", embed_dim=EMBED, hidden_size=HIDDEN, bidirectional=True,
                                num_layers=num_layers, dropout_in=0.0, dropout_out=0.0)
     for name, p in module.named_parameters():
@@ -116,7 +116,7 @@ def test_gru_encoder_is_the_bigru_over_each_sentence_then_the_module(layer, left
 
 
 def gru_model(preset=lstm_presets.lstm_rgse_tiny, seed=0, dtype=torch.float32, **given):
-    args = Namespace(criterion="cross_entropy", source_label_count=NUM_LABELS, dropout=0.0, **given)
+    args = Namespace(criterion="cross_entropy", dropout=0.0, **given)
     preset(args)
     torch.manual_seed(seed)
     model = SyntaxLSTMModel.build_model(args, TASK)
@@ -245,8 +245,7 @@ def test_presets_give_the_gru_form_and_the_lstm_form_on_request(function):
     names = (function.__name__, "rnn_" + function.__name__[len("lstm_"):])
     assert all(ARCH_MODEL_REGISTRY[name] is SyntaxLSTMModel for name in names)
     for cell in ("gru", "lstm"):
-        args = Namespace(criterion="cross_entropy", source_label_count=NUM_LABELS,
-                         **({} if cell == "gru" else {"rnn_cell": "lstm"}))
+        args = Namespace(criterion="cross_entropy", **({} if cell == "gru" else {"rnn_cell": "lstm"}))
         function(args)
         assert args.rnn_cell == cell
         assert (args.encoder_layers, args.decoder_layers) == (layers, 1 if cell == "gru" else layers)
@@ -322,9 +321,9 @@ def test_rgse_rows_have_the_papers_parameter_counts_at_a_fitted_vocabulary():
         return words
 
     def count(variant):
-        task = Namespace(source_dictionary=dictionary(89_283), target_dictionary=dictionary(8_000), label_dicts={},
+        task = Namespace(source_dictionary=with_labels(dictionary(89_283), 45), target_dictionary=dictionary(8_000),
                          cfg=Namespace(source_lang="en", target_lang="de"))
-        args = Namespace(criterion="cross_entropy", source_label_count=45, rgse_variant=variant)
+        args = Namespace(criterion="cross_entropy", rgse_variant=variant)
         lstm_rgse(args)
         with torch.device("meta"):
             return sum(p.numel() for p in SyntaxLSTMModel.build_model(args, task).parameters())

@@ -34,7 +34,7 @@ from fairseq_syntax.modules.dependency_graph import piece_arcs
 from fairseq_syntax.modules.mechanisms.rgse import RecurrentGraphSyntaxEncoder
 
 from .devices import assert_same, float32_tolerances, on
-from .helpers import USER_DIR, marked_slow, run_cli, toy_dictionary
+from .helpers import USER_DIR, marked_slow, run_cli, toy_dictionary, with_labels
 from .test_rgse import random_batch
 
 NUM_LABELS = 12  # random_batch's labels are 1..11
@@ -50,15 +50,15 @@ LAYERS = {
 }
 
 
-DICT = toy_dictionary(20)
+DICT = with_labels(toy_dictionary(20), NUM_LABELS)  # as the task gives it: the source side's labels with it
 
 
-def encoder(layer, seed=0, dropout_out=0.0, **options):
+def encoder(layer, seed=0, dropout_out=0.0, dictionary=DICT, **options):
     """A small SyntaxLSTMEncoder (1-layer BiLSTM) with the syntax layer `layer` ('none', 'gcn...', 'rgse...')."""
     torch.manual_seed(seed)
-    args = Namespace(**{"lstm_syntax": layer.split("-")[0], "source_label_count": NUM_LABELS,
-                        "encoder_gcn_edge_dropout": 0.0, **LAYERS.get(layer, {}), **options})
-    module = SyntaxLSTMEncoder(args, DICT, embed_dim=EMBED, hidden_size=HIDDEN, bidirectional=True,
+    args = Namespace(**{"lstm_syntax": layer.split("-")[0], "encoder_gcn_edge_dropout": 0.0,
+                        **LAYERS.get(layer, {}), **options})
+    module = SyntaxLSTMEncoder(args, dictionary, embed_dim=EMBED, hidden_size=HIDDEN, bidirectional=True,
                                dropout_in=0.0, dropout_out=dropout_out)
     for name, p in module.named_parameters():  # away from the initialisations' small values, so every part counts
         if name.startswith("syntax_layer."):
@@ -198,7 +198,7 @@ def test_encoder_refuses_a_batch_without_the_features_and_bad_options():
     assert encoder("none").syntax_features == ()
     run(encoder("none"), tokens, lengths, {})  # without a syntax layer no feature is needed
     with pytest.raises(ValueError, match="source label dictionary"):
-        encoder("gcn", source_label_count=None)
+        encoder("gcn", dictionary=toy_dictionary(20))  # a dictionary without labels
     with pytest.raises(ValueError, match="--encoder-gcn-edge-dropout"):
         encoder("gcn", encoder_gcn_edge_dropout=1.0)
     with pytest.raises(ValueError, match="--rgse-variant"):
@@ -288,12 +288,12 @@ def test_dropout_applies_to_the_encoders_output_and_not_to_the_states_the_module
 
 
 def test_with_the_same_seed_everything_but_the_syntax_layer_starts_as_in_the_stock_model(device):
-    task = Namespace(source_dictionary=DICT, target_dictionary=DICT, label_dicts={},
+    task = Namespace(source_dictionary=DICT, target_dictionary=DICT,
                      cfg=Namespace(source_lang="en", target_lang="de"))
     models = {}
     for name, model_class, arch in (("stock", LSTMModel, lstm_birnn2_tiny), ("gcn", SyntaxLSTMModel, lstm_gcn_tiny),
                                     ("none", SyntaxLSTMModel, lstm_gcn_tiny)):
-        args = Namespace(criterion="cross_entropy", source_label_count=NUM_LABELS, encoder_layers=1,
+        args = Namespace(criterion="cross_entropy", encoder_layers=1,
                          decoder_layers=1, rnn_cell="lstm", **({"lstm_syntax": "none"} if name == "none" else {}))
         arch(args)
         torch.manual_seed(0)
@@ -455,7 +455,7 @@ def test_trains_and_generates(lstm_bin, tmp_path, name):
         assert "encoder.lstm.weight_ih_l1_reverse" in weights and not any("syntax" in k for k in weights)
         assert "decoder.layers.1.weight_hh" in weights
     else:
-        assert ARCH_MODEL_REGISTRY[args.arch] is SyntaxLSTMModel and args.source_label_count > 0
+        assert ARCH_MODEL_REGISTRY[args.arch] is SyntaxLSTMModel and "source_label_count" not in vars(args)
         assert args.lstm_syntax == name.split("-")[0]
         layer = "gcn.weight.weight" if name == "gcn" else "graph_forward.weight_ih_l0"
         assert f"encoder.syntax_layer.{layer}" in weights

@@ -26,6 +26,7 @@ from fairseq_syntax.modules.mechanisms.parent import ParentAttention
 
 from .devices import on
 from .helpers import (
+    USER_DIR,
     assert_incremental_decoding_equals_full, cli_common, four_hypotheses_of_one_source, run_cli,
     train_few_updates,
 )
@@ -468,6 +469,37 @@ def test_building_the_decoders_writes_nothing_into_the_model_config(transition_b
     for arch in ("transformer_gcn_decoder_tiny", "transformer_parent_tiny"):
         build(destdir, "--arch", arch, "--decoder-syntax", "parent,gcn")
     assert len(configs) == 2 and all(before == after for before, after in configs)
+
+
+def test_building_the_model_writes_nothing_from_the_task_into_its_args(transition_bin):  # noqa: F811
+    """The data-bin's vocabulary (the source label count, the target's transition system and word rule) reaches the
+    mechanisms through the task's dictionaries: building the model adds no key to its args but the options fairseq
+    and the model declare (it once wrote source_label_count, target_label_count and target_word_level there)."""
+    import argparse
+
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_syntax.models.syntax_transformer import SyntaxTransformerModel
+
+    _, destdir, _ = transition_bin
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(destdir), "--user-dir", str(USER_DIR), "--task",
+                                                "syntax_translation", "-s", "de", "-t", "en", "--arch",
+                                                "transformer_parent_tiny", "--encoder-syntax", "label_embedding",
+                                                "--decoder-syntax", "parent,gcn", "--cpu"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    before = dict(vars(args))
+    model = SyntaxTransformerModel.build_model(args, task)
+    parser = argparse.ArgumentParser()
+    SyntaxTransformerModel.add_args(parser)
+    declared = {action.dest for action in parser._actions}
+    written = {name for name, value in vars(args).items() if name not in before or before[name] != value}
+    assert written and not written - declared, sorted(written - declared)
+    # and the values arrived where they are used
+    assert model.encoder.embedding_mechanism.embedding.num_embeddings == len(task.label_dicts["de"]) > 1
+    assert model.decoder.target_transitions.num_labels == task.target_transitions.num_labels > 0
+    assert torch.equal(model.decoder.target_transitions.token_class, task.target_transitions.token_class)
 
 
 def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training(transition_bin):  # noqa: F811

@@ -33,6 +33,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor
 
 from ..data.features import FEATURES
+from ..data.vocabulary import is_word_level
 from ..modules import MechanismChoices, SyntaxDecoderLayer
 from ..modules.syntax_layers import build_mechanism
 from ..modules.decoder_context import DecoderContext, PrefixScanner, TargetTransitions
@@ -186,8 +187,7 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
         mechanisms = self.syntax_choice.mechanisms
         self.target_transitions = None  # handed to the constructors of the mechanisms that read the prefix graph
         if any(m.needs_target_transitions for m in mechanisms):
-            self.target_transitions = TargetTransitions(dictionary.symbols,
-                                                        bool(getattr(cfg, "target_word_level", False)))
+            self.target_transitions = TargetTransitions(dictionary.symbols, is_word_level(dictionary))
             if self.target_transitions.num_labels == 0:
                 raise ValueError("the target dictionary has no arc tokens (LEFT-ARC:l / RIGHT-ARC:l): decoder syntax "
                                  "mechanisms need a data-bin made with fairseq-syntax-preprocess "
@@ -203,7 +203,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
         self.auxiliary_loss_weights = {loss: w for m in mechanisms for loss, w in m.loss_weights(cfg).items()}
         input_mechanism = self.syntax_choice.whole("input")
         self.input_module = (build_mechanism(input_mechanism, cfg, embed_tokens.embedding_dim,
-                                             cfg.decoder.attention_heads, -1, self.target_transitions)
+                                             cfg.decoder.attention_heads, -1,
+                                             target_transitions=self.target_transitions)
                              if input_mechanism is not None else None)
         constraints = [c for c in (m.build_token_constraint(cfg, dictionary) for m in mechanisms) if c is not None]
         if len(constraints) > 1:
@@ -214,7 +215,8 @@ class SyntaxTransformerDecoder(TransformerDecoderBase, SyntaxDecoder):
         index, self._layers_built = self._layers_built, self._layers_built + 1
         mechanism = self.syntax_choice.at(index)
         self.layer_loss_names.append(tuple(mechanism.auxiliary_losses) if mechanism else ())
-        return wrap_layer(SyntaxDecoderLayer(cfg, no_encoder_attn, cfg, mechanism, index, self.target_transitions),
+        return wrap_layer(SyntaxDecoderLayer(cfg, no_encoder_attn, cfg, mechanism, index,
+                                             target_transitions=self.target_transitions),
                           cfg)
 
     # ---- syntax inputs ------------------------------------------------------------------------------------------

@@ -46,9 +46,9 @@ under the returned mask); attention weights then line up with the source tokens.
 Syntax reaches the encoder as forward arguments: fairseq calls `encoder(**net_input)` minus prev_output_tokens, so
 the mechanism's features (its `features_for(args)`: src_parent_first, src_labels and src_word_ids for gcn and rgse;
 the model's `syntax_features`, delivered by the syntax_translation task in training, fairseq-generate and
-fairseq-interactive alike) arrive as keyword arguments. The number of source labels (the GCN's bias rows) is the
-task's source label dictionary, recorded in the args as `source_label_count` by `build_model`, as the syntax
-transformer does.
+fairseq-interactive alike) arrive as keyword arguments. The number of source labels (the GCN's bias rows) is read
+from the task's source dictionary (data/vocabulary.py), as the syntax transformer reads it; nothing is written into
+the args.
 
 Differences from the paper (Ding & Tao follow Bahdanau et al.'s recurrent NMT, with GRUs, in Bastings et al.'s
 setting for NC-v11):
@@ -72,6 +72,7 @@ from fairseq.models.lstm import (
 from omegaconf import OmegaConf
 from torch import Tensor
 
+from ..data.vocabulary import label_count
 from ..modules.mechanisms.graph_convolution import ResidualGraphConvolution, upgrade_option_names  # noqa: F401 (re-exported)
 from ..modules.syntax_mechanism import ENCODER_MECHANISMS, SyntaxMechanism
 from ..modules.recurrent import padded_rnn
@@ -120,7 +121,10 @@ class SyntaxLSTMEncoder(LSTMEncoder):
             for parameter in self.gru.parameters():
                 nn.init.uniform_(parameter, -0.1, 0.1)
         mechanism = syntax_mechanism(args)
-        self.syntax_layer = mechanism.over_states(args, self.output_units) if mechanism is not None else None
+        self.syntax_layer = None
+        if mechanism is not None:
+            given = {"source_label_count": label_count(dictionary)} if mechanism.needs_source_labels else {}
+            self.syntax_layer = mechanism.over_states(args, self.output_units, **given)
         self.syntax_features: Tuple[str, ...] = tuple(mechanism.features_for(args)) if mechanism is not None else ()
 
     @property
@@ -214,11 +218,6 @@ class SyntaxLSTMModel(LSTMModel):
         args.lstm_syntax = getattr(args, "lstm_syntax", None) or "none"
         args.rnn_cell = getattr(args, "rnn_cell", None) or "lstm"  # the presets say gru; a bare model is fairseq's
         upgrade_option_names(args)
-        # the source label dictionary's size (the GCN's bias rows), recorded in the checkpoint's args
-        lang = getattr(task.cfg, "source_lang", None)
-        label_dicts = getattr(task, "label_dicts", {})
-        if lang in label_dicts and getattr(args, "source_label_count", None) is None:
-            args.source_label_count = len(label_dicts[lang])
         if args.rnn_cell == "gru":
             return cls.build_gru_model(args, task)
         model = super().build_model(args, task)  # fairseq's embeddings, encoder and decoder

@@ -17,7 +17,9 @@ from fairseq.models.transformer import TransformerEncoderBase, TransformerModel,
 from omegaconf import OmegaConf
 from torch import Tensor
 
+from ..data.vocabulary import label_count
 from ..modules import DECODER_MECHANISMS, ENCODER_MECHANISMS, MechanismChoice, SyntaxEncoderLayer
+from ..modules.syntax_layers import build_mechanism
 from ..modules.mechanisms.graph_convolution import upgrade_option_names
 from .decoders import DECODERS, PACKED, PREDICTED, SYNTAX_PREFIX, contract_of, split_layer_output, wrap_layer
 
@@ -36,6 +38,7 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens):
         # plain attributes, read while the base constructor builds the layers
         self.syntax_choice = MechanismChoice.from_args(cfg, "encoder", cfg.encoder.layers)
+        self.source_label_count = label_count(dictionary)  # handed to the mechanisms sized by the labels
         self._layers_built = 0
         super().__init__(cfg, dictionary, embed_tokens)
         mechanism = self.syntax_choice.mechanism
@@ -46,11 +49,14 @@ class SyntaxTransformerEncoder(TransformerEncoderBase):
         self.passed_on_features: tuple = ()  # set by the model: the source features its decoder reads
         self.embedding_mechanism = None
         if mechanism is not None and mechanism.shape == "embedding":
-            self.embedding_mechanism = mechanism(cfg, embed_tokens.embedding_dim, cfg.encoder.attention_heads, -1)
+            self.embedding_mechanism = build_mechanism(mechanism, cfg, embed_tokens.embedding_dim,
+                                                       cfg.encoder.attention_heads, -1,
+                                                       source_label_count=self.source_label_count)
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
-        return wrap_layer(SyntaxEncoderLayer(cfg, cfg, self.syntax_choice.at(index), index), cfg)
+        return wrap_layer(SyntaxEncoderLayer(cfg, cfg, self.syntax_choice.at(index), index,
+                                             source_label_count=self.source_label_count), cfg)
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, **features):
@@ -135,17 +141,11 @@ class SyntaxTransformerModel(TransformerModel):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         syntax_defaults(args)
         upgrade_option_names(args)
-        manifest = getattr(task, "manifest", None)
-        if manifest is not None and getattr(args, "target_word_level", None) is None:
-            # how the decoder reads words from its target tokens (transition mechanisms; recorded in the checkpoint)
-            args.target_word_level = bool(manifest.word_level)
         check_decoder_options(args)
-        # label dictionary sizes, for mechanisms that embed labels (recorded in the checkpoint's args)
-        label_dicts = getattr(task, "label_dicts", {})
-        for side in ("source", "target"):
-            lang = getattr(task.cfg, f"{side}_lang", None)
-            if lang in label_dicts and getattr(args, f"{side}_label_count", None) is None:
-                setattr(args, f"{side}_label_count", len(label_dicts[lang]))
+        # the encoder and the decoder read the data-bin's labels and word rule from the task's dictionaries
+        # (data/vocabulary.py), nothing is written into args; the `source_label_count`, `target_label_count` and
+        # `target_word_level` that older checkpoints recorded there are not read (the task's fingerprint check
+        # already holds a checkpoint to the dictionaries and label dictionaries it was trained with)
         model = super().build_model(args, task)
         model.encoder.passed_on_features = tuple(contract_of(model.decoder).source_features)
         return model

@@ -23,12 +23,16 @@ def _ordered_losses(names, losses: Dict[str, Tensor]):
     return tuple(losses[name] for name in names)
 
 
-def build_mechanism(mechanism, args, embed_dim: int, num_heads: int, layer_index: int, target_transitions=None):
-    """A mechanism built for its layer (layer_index -1: the side as a whole); one that reads the generated target
-    graph also gets the target dictionary's transition system."""
+def build_mechanism(mechanism, args, embed_dim: int, num_heads: int, layer_index: int, *,
+                    source_label_count: int = 0, target_transitions=None):
+    """A mechanism built for its layer (layer_index -1: the side as a whole); one sized by the source labels gets
+    their number, one that reads the generated target graph the target dictionary's transition system."""
+    given = {}
+    if mechanism.needs_source_labels:
+        given["source_label_count"] = source_label_count
     if mechanism.needs_target_transitions:
-        return mechanism(args, embed_dim, num_heads, layer_index, target_transitions=target_transitions)
-    return mechanism(args, embed_dim, num_heads, layer_index)
+        given["target_transitions"] = target_transitions
+    return mechanism(args, embed_dim, num_heads, layer_index, **given)
 
 
 def _unpack(output):
@@ -37,10 +41,10 @@ def _unpack(output):
 
 
 class _SyntaxLayerMixin:
-    def _init_syntax(self, args, mechanism, layer_index, target_transitions=None):
+    def _init_syntax(self, args, mechanism, layer_index, source_label_count=0, target_transitions=None):
         # plain attributes, set before nn.Module.__init__ runs build_self_attention
         self.syntax_args, self.mechanism_class, self.layer_index = args, mechanism, layer_index
-        self.target_transitions = target_transitions
+        self.source_label_count, self.target_transitions = source_label_count, target_transitions
 
     def _syntax_heads(self, default: int) -> int:
         return self.mechanism_class.attention_heads(self.syntax_args, default) if self.mechanism_class else default
@@ -49,7 +53,8 @@ class _SyntaxLayerMixin:
         if self.mechanism_class is None or self.mechanism_class.shape != shape:
             return None
         return build_mechanism(self.mechanism_class, self.syntax_args, embed_dim, num_heads, self.layer_index,
-                               self.target_transitions)
+                               source_label_count=self.source_label_count,
+                               target_transitions=self.target_transitions)
 
     def _finish_syntax_init(self, embed_dim, num_heads):
         self.syntax_module = None
@@ -100,8 +105,8 @@ class _SyntaxLayerMixin:
 class SyntaxEncoderLayer(_SyntaxLayerMixin, TransformerEncoderLayerBase):
     """fairseq's encoder layer (post- or pre-norm) with an optional syntax mechanism of any shape."""
 
-    def __init__(self, cfg, args=None, mechanism=None, layer_index: int = 0):
-        self._init_syntax(args, mechanism, layer_index)
+    def __init__(self, cfg, args=None, mechanism=None, layer_index: int = 0, source_label_count: int = 0):
+        self._init_syntax(args, mechanism, layer_index, source_label_count=source_label_count)
         super().__init__(cfg, return_fc=False)
         self._finish_syntax_init(self.embed_dim, self._syntax_heads(cfg.encoder.attention_heads))
 
@@ -143,7 +148,7 @@ class SyntaxDecoderLayer(_SyntaxLayerMixin, TransformerDecoderLayerBase):
 
     def __init__(self, cfg, no_encoder_attn=False, args=None, mechanism=None, layer_index: int = 0,
                  target_transitions=None):
-        self._init_syntax(args, mechanism, layer_index, target_transitions)
+        self._init_syntax(args, mechanism, layer_index, target_transitions=target_transitions)
         super().__init__(cfg, no_encoder_attn)
         unsupported = [name for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
                        if getattr(self, name, None) is not None] + (["cross_self_attention"]

@@ -24,6 +24,12 @@ declares, once:
                     its syntax argument under DECODER_CONTEXT, and the model needs a --target-transitions data-bin;
                     its constructor also gets `target_transitions` (TargetTransitions: the target dictionary's
                     token classes and arc labels, e.g. the number of labels), a keyword only such mechanisms take
+  needs_source_labels
+                    an encoder mechanism sized by the source label dictionary (label embeddings, the GCN's label
+                    rows): its constructor (and its over_states module's) also gets `source_label_count`, the
+                    number of label ids of the source side (0: the data-bin's source side was not parsed), which
+                    the model reads from the task's source dictionary (data/vocabulary.py), a keyword only such
+                    mechanisms take
   features          the batch features it consumes (names in fairseq_syntax.data.features.FEATURES); a mechanism
                     whose options change what it reads lists them all and says which in `features_for(args)`
   training_features features it uses when the data has them (for a training loss, e.g. LISA's parent loss) and
@@ -104,6 +110,7 @@ class SyntaxMechanism(nn.Module):
     side = "encoder"
     shape = "score_modifier"
     needs_target_transitions = False
+    needs_source_labels = False
     features: Tuple[str, ...] = ()
     training_features: Tuple[str, ...] = ()
     auxiliary_losses: Dict[str, str] = {}

@@ -25,6 +25,7 @@ from ..data.sentencepiece_codec import WordAlignedEncoder
 from ..data.syntax_channels import SyntaxChannels
 from ..data.syntax_pair_dataset import SyntaxLanguagePairDataset
 from ..data.transitions.tokens import is_transition_token
+from ..data.vocabulary import SyntaxDictionary
 from ..models.decoders import contract_of
 from ..modules.decoder_context import TargetTransitions
 from .constrained_generation import ConstrainedSequenceGenerator
@@ -79,6 +80,11 @@ class SyntaxTranslationTask(TranslationTask):
             for lang, side in self.manifest.sides.items():
                 if side.channels:
                     self.label_dicts[lang] = LabelDictionary.load(label_dict_path(data_dir, lang))
+        # the dictionaries the model is built from carry each side's labels and word rule (data/vocabulary.py)
+        word_level = self.manifest is not None and self.manifest.word_level
+        self.src_dict = SyntaxDictionary.extend(src_dict, self.label_dicts.get(cfg.source_lang), word_level)
+        self.tgt_dict = tgt_dict = SyntaxDictionary.extend(tgt_dict, self.label_dicts.get(cfg.target_lang),
+                                                           word_level)
         # --target-transitions data-bin: the transition system over the target dictionary, for the validity masks
         # of generation (transition_classes: the class of every target symbol)
         self.target_transitions: Optional[TargetTransitions] = None

@@ -279,9 +279,9 @@ class BidirectionalGRU(nn.Module):
 
 # ---- the mechanisms ---------------------------------------------------------------------------------------------
 
-def build_graph_convolution(mechanism, args, embed_dim: int, chosen_by: str = "--encoder-syntax") -> GraphConvolution:
+def build_graph_convolution(mechanism, args, embed_dim: int, num_labels: int,
+                            chosen_by: str = "--encoder-syntax") -> GraphConvolution:
     labels = not mechanism.option(args, "no_encoder_gcn_labels")
-    num_labels = getattr(args, "source_label_count", None)
     if not num_labels:
         raise ValueError(f"{chosen_by} {mechanism.name} needs the source label dictionary: train with --task "
                          f"syntax_translation on a data-bin whose source side was parsed")
@@ -292,6 +292,7 @@ def build_graph_convolution(mechanism, args, embed_dim: int, chosen_by: str = "-
 
 
 class _GraphMechanism(SyntaxMechanism):
+    needs_source_labels = True  # the GCN's label rows
     features = FEATURES
     options = GraphConvolutionOptions
     default_layers = "0,1,2"
@@ -310,9 +311,10 @@ class _GraphMechanism(SyntaxMechanism):
 class ResidualGraphConvolution(nn.Module):
     """gcn over a recurrent encoder's states: h~ + gcn(h~), (T, B, C) -> (T, B, C), with gcn's options."""
 
-    def __init__(self, args, embed_dim: int):
+    def __init__(self, args, embed_dim: int, source_label_count: int = 0):
         super().__init__()
-        self.gcn = build_graph_convolution(GraphConvolutionSublayer, args, embed_dim, chosen_by="--lstm-syntax")
+        self.gcn = build_graph_convolution(GraphConvolutionSublayer, args, embed_dim, source_label_count,
+                                           chosen_by="--lstm-syntax")
 
     def forward(self, states: Tensor, syntax, padding_mask: Optional[Tensor]) -> Tensor:
         arcs = piece_arcs(syntax["src_parent_first"], syntax["src_labels"], syntax["src_word_ids"],
@@ -327,9 +329,9 @@ class GraphConvolutionSublayer(_GraphMechanism):
     shape = "added_module"
     over_states = ResidualGraphConvolution
 
-    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int, source_label_count: int = 0):
         super().__init__(args, embed_dim, num_heads, layer_index)
-        self.gcn = build_graph_convolution(self, args, embed_dim)
+        self.gcn = build_graph_convolution(self, args, embed_dim, source_label_count)
         self.dropout_module = FairseqDropout(float(getattr(args, "dropout", 0.0) or 0.0),
                                              module_name=self.__class__.__name__)
         self.layer_norm = LayerNorm(embed_dim)
@@ -351,10 +353,10 @@ class BiGRUGraphConvolution(_GraphMechanism):
 
     shape = "self_attention"
 
-    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int, source_label_count: int = 0):
         super().__init__(args, embed_dim, num_heads, layer_index)
         self.rnn = BidirectionalGRU(embed_dim)
-        self.gcn = build_graph_convolution(self, args, embed_dim)
+        self.gcn = build_graph_convolution(self, args, embed_dim, source_label_count)
 
     def forward(self, x: Tensor, syntax, padding_mask, incremental_state=None) -> Tensor:
         states = self.rnn(x, padding_mask)

@@ -27,15 +27,16 @@ class LabelEmbeddingOptions(FairseqDataclass):
 @register_encoder_mechanism("label_embedding")
 class LabelEmbeddingFeatures(SyntaxMechanism):
     shape = "embedding"
+    needs_source_labels = True
     features = ("src_labels",)
     options = LabelEmbeddingOptions
 
-    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int):
+    def __init__(self, args, embed_dim: int, num_heads: int, layer_index: int, source_label_count: int = 0):
         super().__init__(args, embed_dim, num_heads, layer_index)
         self.dim = self.option(args, "label_embed_dim")
         if not 1 <= self.dim < embed_dim:
             raise ValueError(f"--label-embed-dim must be in 1..{embed_dim - 1}, got {self.dim}")
-        num_labels = getattr(args, "source_label_count", None)
+        num_labels = source_label_count
         if not num_labels:
             raise ValueError("the label embedding needs the source label dictionary: train with --task "
                              "syntax_translation on a data-bin whose source side was parsed")
