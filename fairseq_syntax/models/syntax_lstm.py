@@ -121,10 +121,9 @@ class SyntaxLSTMEncoder(LSTMEncoder):
             for parameter in self.gru.parameters():
                 nn.init.uniform_(parameter, -0.1, 0.1)
         mechanism = syntax_mechanism(args)
-        self.syntax_layer = None
-        if mechanism is not None:
-            given = {"source_label_count": label_count(dictionary)} if mechanism.needs_source_labels else {}
-            self.syntax_layer = mechanism.over_states(args, self.output_units, **given)
+        self.syntax_layer = (mechanism.over_states(args, self.output_units,
+                                                   **mechanism.vocabulary_arguments(label_count(dictionary)))
+                             if mechanism is not None else None)
         self.syntax_features: Tuple[str, ...] = tuple(mechanism.features_for(args)) if mechanism is not None else ()
 
     @property

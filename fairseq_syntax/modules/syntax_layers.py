@@ -27,12 +27,8 @@ def build_mechanism(mechanism, args, embed_dim: int, num_heads: int, layer_index
                     source_label_count: int = 0, target_transitions=None):
     """A mechanism built for its layer (layer_index -1: the side as a whole); one sized by the source labels gets
     their number, one that reads the generated target graph the target dictionary's transition system."""
-    given = {}
-    if mechanism.needs_source_labels:
-        given["source_label_count"] = source_label_count
-    if mechanism.needs_target_transitions:
-        given["target_transitions"] = target_transitions
-    return mechanism(args, embed_dim, num_heads, layer_index, **given)
+    return mechanism(args, embed_dim, num_heads, layer_index,
+                     **mechanism.vocabulary_arguments(source_label_count, target_transitions))
 
 
 def _unpack(output):

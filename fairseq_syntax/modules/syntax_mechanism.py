@@ -123,6 +123,17 @@ class SyntaxMechanism(nn.Module):
         add_declared_options(parser, cls.options)
 
     @classmethod
+    def vocabulary_arguments(cls, source_label_count: int = 0, target_transitions=None) -> dict:
+        """The constructor keywords it declares it needs (needs_source_labels, needs_target_transitions), for it and
+        its over_states module alike."""
+        given = {}
+        if cls.needs_source_labels:
+            given["source_label_count"] = source_label_count
+        if cls.needs_target_transitions:
+            given["target_transitions"] = target_transitions
+        return given
+
+    @classmethod
     def option(cls, args, name: str):
         """The option's value in the model args, else its declared default."""
         return declared_option(cls.options, args, name)
