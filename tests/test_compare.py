@@ -89,6 +89,96 @@ def test_gpu_options_change_only_device_and_precision(tmp_path):
     assert option_value(cpu, "--save-interval-updates") == "100" and option_value(cpu, "--warmup-updates") == "150"
 
 
+CORE_ROWS = ["vanilla", "pascal", "ldd", "udp", "sh", "gcn", "birnn", "birnn_gcn", "rgse", "linearized"]
+
+
+def test_gpu_profile_trains_the_core_rows_until_their_valid_bleu_stops_rising(tmp_path):
+    """The gpu profile (issue 78): the core rows, three seeds, the cpu profile's data and recipe, and no fixed budget:
+    fairseq's --patience 3 over the valid BLEU every 400 updates, a cap of 20,000; its records' budget names the
+    patience, where the cpu profile's (and so every committed record's) has none."""
+    gpu, cpu = (load_profile(name, list(MULTI30K_SYSTEMS)) for name in ("gpu", "cpu"))
+    assert gpu.systems == CORE_ROWS and gpu.seeds == [1, 2, 3] and gpu.patience == 3
+    assert [b.name for b in gpu.bins] == ["en-de.spacy"] and gpu.bins[0] == cpu.bins[0]
+    assert gpu.budget_record() == dict(cpu.budget_record(), max_update=20000.0, patience=3)
+    assert "patience" not in cpu.budget_record() and cpu.patience == 0
+    settings = compare.Settings(tmp_path, "cuda", jobs=8)
+    for system in CORE_ROWS:
+        command = [str(a) for a in compare.train_command(gpu, settings, tmp_path, "en", "de", system, 2, tmp_path)]
+        assert option_value(command, "--patience") == "3" and option_value(command, "--max-update") == "20000"
+        assert option_value(command, "--validate-interval-updates") == "400" and "--cpu" not in command
+        assert option_value(command, "--best-checkpoint-metric") == "bleu"
+        assert "--maximize-best-checkpoint-metric" in command
+        on_cpu = [str(a) for a in compare.train_command(cpu, settings, tmp_path, "en", "de", system, 2, tmp_path)]
+        assert "--patience" not in on_cpu
+        # nothing else differs from the cpu profile's command
+        assert ([a for a in command if a not in ("--patience", "3", "20000")]
+                == [a for a in on_cpu if a != "1600"])
+    assert "until the valid BLEU has not risen for 3 validations" in gpu.budget_text()
+    # a system trained on as many pairs as vanilla's fixed budget has none to scale under patience
+    comparison = compare.Comparison(gpu, compare.Settings(tmp_path / "out"))
+    with pytest.raises(SystemExit, match="patience"):
+        comparison.update_budget("multitask_pairs", "translation pairs")
+
+
+def test_patience_stops_a_run_whose_valid_bleu_stopped_rising(small_spacy_bin, tmp_path):
+    """fairseq-train as compare.py runs it under a profile with patience 1 and a learning rate too small to move the
+    model: its valid BLEU never rises above the first validation's, so it stops at the second (update 4 of a cap of
+    40), and the record reads it as converged. Without --patience it would train to the cap."""
+    profile_path = tmp_path / "patient.toml"
+    profile_path.write_text(
+        '[[data.bins]]\nname = "b"\nsrc = "en"\ntgt = "de"\nsource_parser = "spacy:m"\n'
+        '[model]\noptions = { encoder-layers = 1, decoder-layers = 1, encoder-embed-dim = 16, decoder-embed-dim = 16,'
+        ' encoder-ffn-embed-dim = 32, decoder-ffn-embed-dim = 32, encoder-attention-heads = 2,'
+        ' decoder-attention-heads = 2 }\n'
+        '[training]\noptions = { max-tokens = 256, lr = 1e-9, warmup-updates = 1 }\n'
+        '[budget]\nmax_update = 40\npatience = 1\nvalidate_every = 2\n'
+        '[validation]\nbleu_args = { beam = 1, max_len_a = 0, max_len_b = 4 }\n'
+        '[run]\nsystems = ["vanilla"]\n')
+    profile = load_profile(str(profile_path), list(MULTI30K_SYSTEMS))
+    command = [str(a) for a in compare.train_command(profile, compare.Settings(tmp_path), small_spacy_bin, "en",
+                                                     "de", "vanilla", 1, tmp_path / "checkpoints")]
+    assert option_value(command, "--patience") == "1"
+    log = tmp_path / "train.log"
+    with open(log, "w") as sink:
+        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=600,
+                              env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, log.read_text()[-3000:]
+    assert [v["num_updates"] for v in read_validations(log)] == [2, 4]
+    assert compare.training_facts(log)[1] == "4" and compare.stopped_by_patience(log)
+    unfinished = tmp_path / "capped.log"
+    unfinished.write_text(log.read_text().replace(compare.PATIENCE_STOP, "done training"))
+    assert not compare.stopped_by_patience(unfinished)
+
+
+def test_a_patience_profiles_table_says_which_runs_converged(tmp_path):
+    """The committed GPU runs of ldd-multi30k-reduced, made over as runs of a profile with patience (two converged,
+    the rest at the cap): each seed's kept-update cell says where it stopped and why, and the report counts the
+    converged runs. A record of a profile without patience (every committed one) keeps its plain cell."""
+    import shutil
+
+    profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
+    source = results_store.RESULTS / profile.name
+    if not any(path.parent.name == "vanilla" for path in results_store.run_files(source, ".json")):
+        pytest.skip("no committed runs of the ldd-multi30k-reduced profile")
+    plain = results_store.profile_report(source.parent, profile.name, list(MULTI30K_SYSTEMS),
+                                         profile.budget_record(), plots=False)
+    assert "Converged" not in plain and "(cap at" not in plain
+    shutil.copytree(source, tmp_path / profile.name)
+    budget = dict(profile.budget_record(), patience=3)
+    records = sorted(results_store.run_files(tmp_path / profile.name, ".json"))
+    converged = {records[0], records[1]}
+    for path in records:
+        record = json.loads(path.read_text())
+        record["budget"] = budget
+        record["training"]["converged"] = path in converged
+        path.write_text(json.dumps(record))
+    report = results_store.profile_report(tmp_path, profile.name, list(MULTI30K_SYSTEMS), budget, plots=False)
+    assert f"2 of {len(records)} runs" in report and "Left out" not in report
+    cells = re.findall(r"\| ([0-9,]+ \((?:converged|cap) at [0-9,]+\)(?:, [^|]*)?) \|", report)
+    stops = [stop for cell in cells for stop in re.findall(r"\((converged|cap) at", cell)]
+    assert sorted(stops) == sorted(["converged"] * 2 + ["cap"] * (len(records) - 2))
+
+
 def test_option_changes_replace_remove_and_append():
     args = ["--share-all-embeddings", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--cpu"]
     changed = with_options(args, {"lr": 5e-4, "share-all-embeddings": False, "fp16": True, "cpu": False,
@@ -104,7 +194,11 @@ def test_bad_profiles_name_the_file_and_entry(tmp_path):
              "unknown system": (base.replace('"vanilla"', '"nope"') + "[budget]\nmax_update = 5\n", "nope"),
              "typo table": (base + "[budget]\nmax_update = 5\n[trainin]\n", "unknown entries"),
              "unknown run data-bin": (base + 'data_bins = ["c"]\n[budget]\nmax_update = 5\n', "run.data_bins"),
-             "no run data-bin": (base + 'data_bins = []\n[budget]\nmax_update = 5\n', "run.data_bins is empty")}
+             "no run data-bin": (base + 'data_bins = []\n[budget]\nmax_update = 5\n', "run.data_bins is empty"),
+             "negative patience": (base + "[budget]\nmax_update = 5\npatience = -1\n", "budget.patience"),
+             "patience as a flag": (base + "[budget]\nmax_update = 5\npatience = true\n", "budget.patience"),
+             "patience in minutes": (base + "[budget]\nminutes = 5\npatience = 3\n", "not minutes"),
+             "budget typo": (base + "[budget]\nmax_update = 5\npatiense = 3\n", "patiense")}
     for name, (text, message) in cases.items():
         path = tmp_path / f"{name.replace(' ', '_')}.toml"
         path.write_text(text)
@@ -732,7 +826,13 @@ def test_a_records_budget_is_the_updates_its_training_ran():
     for path in records:
         record = json.loads(path.read_text())
         budget, command = record["budget"], shlex.split(record["commands"]["train"])
-        if "max_update" in budget:
+        if budget.get("patience"):  # a cap: the run ended there, or earlier because its valid BLEU stopped rising
+            claimed = (budget["max_update"], record["training"]["updates"], option_value(command, "--max-update"),
+                       budget["patience"], option_value(command, "--patience"), record["training"].get("converged"))
+            ended = (float(claimed[1]) < float(claimed[0]) if claimed[5] else float(claimed[1]) == float(claimed[0]))
+            if not (float(claimed[0]) == float(claimed[2]) and str(claimed[3]) == claimed[4] and ended):
+                wrong.append(f"{path}: budget, log, command, patience, command's, converged {claimed}")
+        elif "max_update" in budget:
             claimed = (budget["max_update"], record["training"]["updates"], option_value(command, "--max-update"))
             if not float(claimed[0]) == float(claimed[1]) == float(claimed[2]):
                 wrong.append(f"{path}: budget, log, command {claimed}")

@@ -3,6 +3,7 @@
   python examples/multi30k/compare.py --profile cpu-quick --out work/compare-quick --jobs 2
   python examples/multi30k/compare.py --profile cpu --out work/compare --systems vanilla,pascal --seeds 1,2,3
   python examples/multi30k/compare.py --profile ldd-multi30k --out work/ldd --device cuda --jobs 4
+  python examples/multi30k/compare.py --profile gpu --out work/campaign-gpu --device cuda --jobs 8   # to convergence
 
 A profile (examples/multi30k/profiles/NAME.toml, see profiles.py) says what to compare: data-bins (parsers,
 vocabulary), model size, the training recipe's changes, the budget (updates, epochs or wall time), how often to
@@ -174,7 +175,10 @@ def train_command(profile: Profile, settings: Settings, destdir: Path, src: str,
                "stop-time-hours": value / 60 if kind == "minutes" else False,
                # valid BLEU on decoded text (the task decodes with the data-bin's segmenter), the best kept
                "eval-bleu": True, "eval-bleu-args": json.dumps(valid_bleu_args(profile, system, destdir, src, tgt)),
-               "best-checkpoint-metric": "bleu", "maximize-best-checkpoint-metric": True}
+               "best-checkpoint-metric": "bleu", "maximize-best-checkpoint-metric": True,
+               # stop once the valid BLEU has not risen for N validations (fairseq counts them in the process, so
+               # a resumed run counts afresh: it can stop later than an uninterrupted one, never earlier)
+               "patience": profile.patience if profile.patience else False}
     if profile.validate_every > 0:  # every N updates instead of every epoch; keep one interval checkpoint
         changes.update({"validate-interval-updates": profile.validate_every,
                         "save-interval-updates": profile.validate_every, "keep-interval-updates": 1,
@@ -589,6 +593,7 @@ class Comparison:
                         if key in facts},
             "training": {"parameters": int(parameters.replace(",", "")) if parameters != "?" else None,
                          "updates": updates, "kept_update": int(best["num_updates"]) if best else updates,
+                         **({"converged": stopped_by_patience(work / "train.log")} if self.profile.patience else {}),
                          **speed_record(tokens_per_second, word_share, sampled_positions(trained, system)),
                          **self.own_budget_record(data_bin.name, system)},
             "curves": curves, "test": test,
@@ -689,6 +694,9 @@ class Comparison:
         """The profile's update budget, scaled for `system` to equal `what`; None under an epoch budget (an epoch
         holds each pair once, and each target once, in every system: equal already)."""
         kind, value = next(iter(self.profile.budget.items()))
+        if self.profile.patience:
+            raise SystemExit(f"{system} trains on as many {what} as {BASELINE} at a fixed budget: a profile with "
+                             f"patience has none ({self.profile.budget_text()})")
         if kind == "max_epoch":
             return None
         if kind != "max_update":
@@ -939,6 +947,15 @@ def training_facts(train_log: Path):
     parameters = re.search(r"num\. shared model params: [0-9,]+ \(num\. trained: ([0-9,]+)\)", text)
     updates = re.findall(r"num_updates[ =]([0-9]+)", text)
     return parameters.group(1) if parameters else "?", updates[-1] if updates else "?"
+
+
+# what fairseq-train logs when --patience stops it (fairseq_cli/train.py, should_stop_early)
+PATIENCE_STOP = "early stop since valid performance hasn't improved"
+
+
+def stopped_by_patience(train_log: Path) -> bool:
+    """Whether the run ended because its valid BLEU stopped rising (fairseq's --patience), rather than at its cap."""
+    return PATIENCE_STOP in train_log.read_text(errors="replace")
 
 
 SPEED_ESTIMATE = "median of the logged intervals"

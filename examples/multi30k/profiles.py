@@ -14,7 +14,9 @@ A profile gives:
                        preset's sizes: fairseq's architecture functions only fill in what is not given)
   [training]           options = {...}: changes to the shared recipe (examples/multi30k/training.py)
   [budget]             one of max_update, max_epoch, minutes; validate_every (updates: valid loss and BLEU, the
-                       learning curves); checkpoint = "best" (by valid BLEU) or "last"
+                       learning curves); checkpoint = "best" (by valid BLEU) or "last"; patience (optional, N >= 1:
+                       train until the valid BLEU has not risen for N validations in a row, fairseq's --patience,
+                       the budget then a cap; a run so stopped is recorded as converged)
   [validation]         bleu_args: fairseq --eval-bleu-args (the valid-BLEU search; greedy keeps curves cheap)
   [generation]         beam (test translation)
   [run]                systems, seeds, challenge_per_set; data_bins (optional: the data-bins a plain run trains
@@ -82,6 +84,8 @@ class Profile:
     systems: List[str]
     seeds: List[int]
     challenge_per_set: int
+    # stop once the valid BLEU has not risen for this many validations (fairseq's --patience); 0: train the budget
+    patience: int = 0
     # the seed whose runs translate the challenge sets: the profile's first, whichever --seeds an invocation gives
     # (a campaign trains one seed per invocation; the sets take ~40 min per target-side system here)
     challenge_seed: int = 1
@@ -95,8 +99,12 @@ class Profile:
 
     def budget_text(self) -> str:
         kind, value = next(iter(self.budget.items()))
-        return {"max_update": f"{value:g} updates", "max_epoch": f"{value:g} epochs",
+        text = {"max_update": f"{value:g} updates", "max_epoch": f"{value:g} epochs",
                 "minutes": f"{value:g} min wall time"}[kind]
+        if self.patience:
+            return (f"until the valid BLEU has not risen for {self.patience} validations in a row, at most "
+                    f"{text}")
+        return text
 
     def budget_record(self) -> Dict[str, object]:
         """What makes two runs of this profile comparable, as a results record keeps it: the budget, validation
@@ -104,7 +112,9 @@ class Profile:
         valid-BLEU search). Runs whose records differ are not averaged together (results_store.py)."""
         recipe = json.dumps([self.vocabulary, self.joined_dictionary, self.model_options, self.training_options,
                              self.valid_bleu_args], sort_keys=True, default=str)
-        return {**self.budget, "validate_every": self.validate_every, "checkpoint": self.checkpoint,
+        # patience only where a profile has it, so that the records of profiles without it keep their budget
+        patience = {"patience": self.patience} if self.patience else {}
+        return {**self.budget, **patience, "validate_every": self.validate_every, "checkpoint": self.checkpoint,
                 "beam": self.beam, "recipe_sha256": hashlib.sha256(recipe.encode()).hexdigest()[:16]}
 
     def vocabulary_options(self) -> List[str]:
@@ -182,6 +192,14 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
     checkpoint = budget.get("checkpoint", "best")
     if checkpoint not in ("best", "last"):
         fail(f"budget.checkpoint must be 'best' or 'last', not {checkpoint!r}")
+    patience = budget.get("patience", 0)
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        fail(f"budget.patience must be a whole number of validations (0: none), not {patience!r}")
+    if patience and "minutes" in budgets:
+        fail("budget.patience needs an update or epoch budget as its cap, not minutes")
+    unknown = sorted(set(budget) - {*BUDGET_KINDS, "validate_every", "checkpoint", "patience"})
+    if unknown:
+        fail(f"[budget]: unknown entries {unknown}")
     systems = list(run.get("systems", []))
     unknown_systems = [s for s in systems if s not in known_systems]
     if not systems or unknown_systems:
@@ -199,7 +217,7 @@ def load_profile(name_or_path: str, known_systems: Sequence[str]) -> Profile:
         joined_dictionary=bool(data.get("joined_dictionary", True)), bins=bins,
         model_options=dict(table("model").get("options", {})),
         training_options=dict(table("training").get("options", {})), budget=budgets,
-        validate_every=int(budget.get("validate_every", 0)), checkpoint=checkpoint,
+        validate_every=int(budget.get("validate_every", 0)), checkpoint=checkpoint, patience=patience,
         valid_bleu_args=dict(table("validation").get("bleu_args", {"beam": 1})),
         beam=int(table("generation").get("beam", 5)), systems=systems, seeds=seeds,
         challenge_per_set=int(run.get("challenge_per_set", 0)), challenge_seed=seeds[0],

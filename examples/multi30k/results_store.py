@@ -377,6 +377,29 @@ def own_budgets_text(systems: Dict[str, Dict[int, Run]], order: List[str], budge
     return ("Own update budgets: " + "; ".join(own) + ".") if own else ""
 
 
+def kept_update_text(training: Dict) -> str:
+    """A run's kept update; for a run of a profile with patience, also where and why it stopped."""
+    kept = number_text(training.get("kept_update"))
+    if "converged" not in training:
+        return kept
+    stop = "converged" if training["converged"] else "cap"
+    return f"{kept} ({stop} at {number_text(training.get('updates'))})"
+
+
+def convergence_text(systems: Dict[str, Dict[int, Run]], order: List[str], budget: Dict) -> str:
+    """How many runs of a profile with patience stopped because their valid BLEU had stopped rising."""
+    stopped = [run.record["training"]["converged"] for system in order for run in systems[system].values()
+               if "converged" in run.record["training"]]
+    if not stopped:
+        return ""
+    return (f"Converged (valid BLEU not above its best for {budget.get('patience', '?')} validations in a row: "
+            f"fairseq's --patience stopped the run): {sum(stopped)} of {len(stopped)} runs; the others reached the "
+            f"cap of {number_text(budget.get('max_update', budget.get('max_epoch')))} "
+            f"{'updates' if 'max_update' in budget else 'epochs'}, their valid BLEU at a new best within the last "
+            f"{budget.get('patience', '?')} validations (not converged). Kept update per seed: the best checkpoint's, "
+            f"then where the run stopped.")
+
+
 COMPACT_COLUMNS = ("system", "seeds", "parameters", "BLEU mean ± sd", "p vs vanilla (Welch over seeds)",
                    "machine per seed", "kept update per seed")
 
@@ -416,7 +439,7 @@ def bin_table(data_bin: str, systems: Dict[str, Dict[int, Run]], summary: Dict, 
         settings = {(machine_text(by_seed[seed].record["machine"]),
                      by_seed[seed].record["training"].get("speed_estimate", EARLIER_SPEED_ESTIMATE))
                     for seed in entry["seeds"]}
-        kept_text = ", ".join(number_text(t.get("kept_update")) for t in training)
+        kept_text = ", ".join(kept_update_text(t) for t in training)
         parameters_text = " / ".join(number_text(p) for p in sorted(parameters, key=lambda p: p or 0))
         if compact:
             rows.append(f"| {system} | {len(entry['seeds'])} | {parameters_text} | {mean_sd_text(entry['bleu'])} | "
@@ -615,6 +638,8 @@ def profile_reports(root: Path, profile: str, preferred: List[str], budget: Opti
         parts.append(f"**{label}** (test2016, {len(references[data_bin])} sentences; budget "
                      f"{json.dumps(budget if budget is not None else first['budget'])})\n")
         own = own_budgets_text(systems, order, budget if budget is not None else first["budget"])
+        own = " ".join(text for text in (own, convergence_text(systems, order, budget if budget is not None
+                                                                 else first["budget"])) if text)
         if own:
             parts.append(own + "\n")
         parts.append("Machines (a row whose seeds ran on more than one is marked mixed: its sd holds the "
