@@ -151,19 +151,24 @@ def test_patience_stops_a_run_whose_valid_bleu_stopped_rising(small_spacy_bin, t
 
 
 def test_a_patience_profiles_table_says_which_runs_converged(tmp_path):
-    """The committed GPU runs of ldd-multi30k-reduced, made over as runs of a profile with patience (two converged,
-    the rest at the cap): each seed's kept-update cell says where it stopped and why, and the report counts the
-    converged runs. A record of a profile without patience (every committed one) keeps its plain cell."""
+    """Committed GPU runs of ldd-multi30k-reduced (vanilla and LDD, seeds 1-2), made over as runs of a profile with
+    patience (two converged, the rest at the cap): each seed's kept-update cell says where it stopped and why, and
+    the report counts the converged runs. A record of a profile without patience (every committed one) keeps its
+    plain cell."""
     import shutil
 
     profile = load_profile("ldd-multi30k-reduced", list(MULTI30K_SYSTEMS))
     source = results_store.RESULTS / profile.name
     if not any(path.parent.name == "vanilla" for path in results_store.run_files(source, ".json")):
         pytest.skip("no committed runs of the ldd-multi30k-reduced profile")
-    plain = results_store.profile_report(source.parent, profile.name, list(MULTI30K_SYSTEMS),
-                                         profile.budget_record(), plots=False)
-    assert "Converged" not in plain and "(cap at" not in plain
-    shutil.copytree(source, tmp_path / profile.name)
+
+    def left_out(folder, names):  # four runs are enough, and each costs a bootstrap
+        return [name for name in names if name in ("pascal", "udp") or re.match(r"seed[3-9]\.", name)]
+
+    shutil.copytree(source, tmp_path / profile.name, ignore=left_out)
+    plain = results_store.profile_report(tmp_path, profile.name, list(MULTI30K_SYSTEMS), profile.budget_record(),
+                                         plots=False)
+    assert "Converged" not in plain and "(cap at" not in plain and "Left out" not in plain
     budget = dict(profile.budget_record(), patience=3)
     records = sorted(results_store.run_files(tmp_path / profile.name, ".json"))
     converged = {records[0], records[1]}
