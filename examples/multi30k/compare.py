@@ -178,7 +178,7 @@ def train_command(profile: Profile, settings: Settings, destdir: Path, src: str,
                "best-checkpoint-metric": "bleu", "maximize-best-checkpoint-metric": True,
                # stop once the valid BLEU has not risen for N validations (fairseq counts them in the process, so
                # a resumed run counts afresh: it can stop later than an uninterrupted one, never earlier)
-               "patience": profile.patience if profile.patience else False}
+               "patience": profile.patience or False}
     if profile.validate_every > 0:  # every N updates instead of every epoch; keep one interval checkpoint
         changes.update({"validate-interval-updates": profile.validate_every,
                         "save-interval-updates": profile.validate_every, "keep-interval-updates": 1,

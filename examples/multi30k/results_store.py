@@ -637,9 +637,9 @@ def profile_reports(root: Path, profile: str, preferred: List[str], budget: Opti
         machines = machine_labels(systems, order)
         parts.append(f"**{label}** (test2016, {len(references[data_bin])} sentences; budget "
                      f"{json.dumps(budget if budget is not None else first['budget'])})\n")
-        own = own_budgets_text(systems, order, budget if budget is not None else first["budget"])
-        own = " ".join(text for text in (own, convergence_text(systems, order, budget if budget is not None
-                                                                 else first["budget"])) if text)
+        read_budget = budget if budget is not None else first["budget"]
+        own = " ".join(text for text in (own_budgets_text(systems, order, read_budget),
+                                         convergence_text(systems, order, read_budget)) if text)
         if own:
             parts.append(own + "\n")
         parts.append("Machines (a row whose seeds ran on more than one is marked mixed: its sd holds the "
