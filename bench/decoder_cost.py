@@ -88,17 +88,18 @@ def make_data_bins(workdir: Path, data_root: Path, sentences: int, valid: int = 
     return destdir, plain
 
 
-def build(destdir: Path, system: str, size: str, device: str = "cpu", system_options=None):
+def build(destdir: Path, system: str, size: str, device: str = "cpu", system_options=None,
+          languages: tuple = ("de", "en")):
     """(task, model in training mode, the syntax criterion) of `system` at `size` (its options from systems.py,
-    or `system_options`)."""
+    or `system_options`), translating languages[0] -> languages[1]."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     arch = [a.replace("_multi30k", f"_{size}") for a in (system_options or MULTI30K_SYSTEMS[system])]
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [str(destdir), "--user-dir", str(REPO / "fairseq_syntax"), "--task",
-                                                "syntax_translation", "-s", "de", "-t", "en", *arch, "--dropout",
-                                                "0.1", "--share-all-embeddings", "--criterion",
+                                                "syntax_translation", "-s", languages[0], "-t", languages[1], *arch,
+                                                "--dropout", "0.1", "--share-all-embeddings", "--criterion",
                                                 "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                                                 *(["--cpu"] if device == "cpu" else [])])
     cfg = convert_namespace_to_omegaconf(args)

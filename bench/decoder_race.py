@@ -5,13 +5,15 @@ re-encoding every B steps should too, at a fraction of exact's cost).
 
   python bench/decoder_race.py --workdir work/decoder-race [--sentences 3000] [--updates 600] [--validate-every 200]
       [--size tiny] [--systems linearized,bitran,bitran_b4,parent,parent_b4,gcn_decoder,gcn_decoder_b4]
-      [--reencode-every 4] [--corpus ewt|multi30k] [--out FILE]
+      [--reencode-every 4] [--corpus ewt|multi30k] [--data-bin DIR] [--out FILE]
 
 Data: bench/decoder_cost.py's (the first N sentences of UD English-EWT train as a --target-transitions data-bin from
 the gold trees, 100 held-out sentences as valid, made once in WORKDIR, no parser needed; or, --corpus multi30k, the
 first N pairs of Multi30k de->en with spaCy's parse of the English target, the comparison's target lengths).
+--data-bin: an existing data-bin instead (e.g. the comparison's `work/campaign-cpu/data/en-de.spacy.target-parse`,
+whose source and target parses Dyn-STGCD reads), its languages from its syntax.json.
 Systems: those of examples/multi30k/systems.py at the chosen size, `_bB` ones with --reencode-every B
-(--reencode-every changes B).
+(--reencode-every changes B); SYSTEM@G, a Dyn-STGCD system with G-wide nodes (--dyn-stgcd-graph-dim G).
 Training: Adam (0.9, 0.98), inverse-sqrt learning rate from 1e-3 after 100 warm-up updates, label smoothing 0.1
 (the syntax criterion), dropout 0.1, batches of --max-tokens target+source tokens drawn once (seed 1) and shared by
 every system, 1 torch thread. Valid NLL: the mean over the valid split's target tokens of -log p(token) in eval
@@ -37,16 +39,26 @@ sys.path.insert(0, str(REPO / "examples" / "multi30k"))
 from decoder_cost import CORPORA, build, make_data_bins  # noqa: E402  (bench/decoder_cost.py)
 from systems import MULTI30K_SYSTEMS  # noqa: E402
 
+from fairseq_syntax.data.features import FEATURES  # noqa: E402
+
 SYSTEMS = ("linearized", "bitran", "bitran_b4", "parent", "parent_b4", "gcn_decoder", "gcn_decoder_b4")
 WARMUP = 100
 
 
-def with_block(system: str, every: int) -> list:
-    """The system's options, B replaced by --reencode-every's."""
-    args = list(MULTI30K_SYSTEMS[system])
+def system_options(system: str, every: int) -> list:
+    """The system's options, B replaced by --reencode-every's; SYSTEM@G: with G-wide Dyn-STGCD nodes."""
+    base, _, width = system.partition("@")
+    args = list(MULTI30K_SYSTEMS[base])
     if "--reencode-every" in args:
         args[args.index("--reencode-every") + 1] = str(every)
+    if width:
+        args += ["--dyn-stgcd-graph-dim", width]
     return args
+
+
+def known_system(system: str) -> bool:
+    base, at, width = system.partition("@")
+    return base in MULTI30K_SYSTEMS and (not at or (base.startswith("dyn_stgcd") and width.isdigit()))
 
 
 def learning_rate(update: int, peak: float) -> float:
@@ -70,9 +82,17 @@ def valid_nll(model, samples, pad: int) -> float:
     return total / count
 
 
+def own_features(sample: dict, unread: set) -> dict:
+    return dict(sample, net_input={key: value for key, value in sample["net_input"].items() if key not in unread})
+
+
 def race(system: str, options: list, destdir: Path, size: str, train_samples, valid_samples, validate_every: int,
-         peak: float) -> dict:
-    task, model, criterion = build(destdir, system, size, system_options=options)
+         peak: float, languages: tuple) -> dict:
+    task, model, criterion = build(destdir, system, size, system_options=options, languages=languages)
+    # the shared batches carry every system's features: each model gets those it reads (its task's set)
+    unread = set(FEATURES) - task.net_input_features
+    train_samples, valid_samples = ([own_features(sample, unread) for sample in samples]
+                                    for samples in (train_samples, valid_samples))
     pad = task.target_dictionary.pad()
     optimizer = torch.optim.Adam(model.parameters(), lr=peak, betas=(0.9, 0.98), eps=1e-8)
     curve, seconds = {}, 0.0
@@ -89,7 +109,8 @@ def race(system: str, options: list, destdir: Path, size: str, train_samples, va
             curve[update] = valid_nll(model, valid_samples, pad)
             print(f"{system}: update {update}, valid NLL {curve[update]:.3f}, {seconds / update:.3f} s/update",
                   flush=True)
-    return {"options": options, "valid_nll": curve, "seconds_per_update": seconds / len(train_samples)}
+    return {"options": options, "parameters": sum(p.numel() for p in model.parameters()), "valid_nll": curve,
+            "seconds_per_update": seconds / len(train_samples)}
 
 
 def main(argv=None):
@@ -106,18 +127,31 @@ def main(argv=None):
     parser.add_argument("--corpus", choices=CORPORA, default="ewt",
                         help="ewt: UD English-EWT as a copy task with its gold trees; multi30k: Multi30k de->en, "
                              "spaCy's parse of the English target (the comparison's target lengths)")
+    parser.add_argument("--data-bin", help="race on this existing data-bin (its languages from its syntax.json) "
+                                           "instead of the one made in WORKDIR from --corpus")
     parser.add_argument("--out", help="the report (default: WORKDIR/decoder_race.json)")
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
-    unknown = [s for s in systems if s not in MULTI30K_SYSTEMS]
+    unknown = [s for s in systems if not known_system(s)]
     if unknown:
         parser.error(f"--systems: unknown {unknown}")
     torch.set_num_threads(1)
     from fairseq_syntax.paths import data_root
 
     workdir = Path(args.workdir)
-    destdir, _ = make_data_bins(workdir, data_root(), args.sentences, corpus=args.corpus)
-    task, _, _ = build(destdir, "linearized", args.size)
+    if args.data_bin:
+        destdir = Path(args.data_bin)
+        meta = json.loads((destdir / "syntax.json").read_text())
+        languages = (meta["source_lang"], meta["target_lang"])
+    else:
+        destdir, _ = make_data_bins(workdir, data_root(), args.sentences, corpus=args.corpus)
+        languages = ("de", "en")
+    task, _, _ = build(destdir, systems[0], args.size, system_options=system_options(systems[0], args.reencode_every),
+                       languages=languages)
+    for system in systems[1:]:  # the batches carry what every system reads (the task fills this set per model)
+        other, _, _ = build(destdir, system, args.size, system_options=system_options(system, args.reencode_every),
+                            languages=languages)
+        task.net_input_features.update(other.net_input_features)
     for split in ("train", "valid"):
         task.load_dataset(split)
     # one draw of batches, shared by every system: epochs in turn, shuffled with seed 1 + epoch
@@ -130,17 +164,19 @@ def main(argv=None):
     train_samples = train_samples[:args.updates]
     valid_samples = list(task.get_batch_iterator(task.dataset("valid"), max_tokens=args.max_tokens,
                                                  seed=1).next_epoch_itr(shuffle=False))
-    report = {"corpus": args.corpus, "size": args.size, "sentences": args.sentences, "updates": args.updates,
-              "max_tokens": args.max_tokens, "reencode_every": args.reencode_every, "systems": {}}
+    report = {"corpus": args.corpus, "data_bin": str(destdir), "languages": list(languages), "size": args.size,
+              "sentences": args.sentences, "updates": args.updates, "max_tokens": args.max_tokens,
+              "reencode_every": args.reencode_every, "systems": {}}
     for system in systems:
         torch.manual_seed(1)
-        report["systems"][system] = race(system, with_block(system, args.reencode_every), destdir, args.size,
-                                         train_samples, valid_samples, args.validate_every, args.lr)
+        report["systems"][system] = race(system, system_options(system, args.reencode_every), destdir, args.size,
+                                         train_samples, valid_samples, args.validate_every, args.lr, languages)
     last = args.updates
-    linearized = report["systems"].get("linearized")
     for system, row in report["systems"].items():
-        if linearized:
-            row["time_vs_linearized"] = row["seconds_per_update"] / linearized["seconds_per_update"]
+        for baseline in ("linearized", "vanilla"):
+            if baseline in report["systems"]:
+                baseline_seconds = report["systems"][baseline]["seconds_per_update"]
+                row[f"time_vs_{baseline}"] = row["seconds_per_update"] / baseline_seconds
         exact = system.rsplit("_b", 1)[0] if "_b" in system else None
         if exact in report["systems"]:
             gap = row["valid_nll"][last] - report["systems"][exact]["valid_nll"][last]
@@ -149,10 +185,11 @@ def main(argv=None):
     out = Path(args.out) if args.out else workdir / "decoder_race.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"{'system':<18} {'valid NLL @' + str(last):>16} {'s/update':>9} {'x Linearized':>13}")
+    baseline = next((b for b in ("linearized", "vanilla") if b in report["systems"]), None)
+    print(f"{'system':<26} {'valid NLL @' + str(last):>16} {'s/update':>9} {'x ' + str(baseline):>13}")
     for system, row in report["systems"].items():
-        print(f"{system:<18} {row['valid_nll'][last]:>16.3f} {row['seconds_per_update']:>9.3f} "
-              f"{row.get('time_vs_linearized', float('nan')):>13.2f}")
+        print(f"{system:<26} {row['valid_nll'][last]:>16.3f} {row['seconds_per_update']:>9.3f} "
+              f"{row.get(f'time_vs_{baseline}', float('nan')):>13.2f}")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,32 @@ def test_decoder_race_trains_each_system_on_the_same_batches(data_root, tmp_path
     decoder_race.main([*arguments, "--systems", "linearized", "--out", str(tmp_path / "again.json")])
     again = json.loads((tmp_path / "again.json").read_text())
     assert again["systems"]["linearized"]["valid_nll"] == report["systems"]["linearized"]["valid_nll"]
+    # an existing data-bin (the plain one made beside the transitions, both sides parsed), a Dyn-STGCD width, and
+    # vanilla, which takes no syntax feature, on the same batches
+    decoder_race.main([*arguments, "--data-bin", str(tmp_path / "data-bin-plain"), "--systems",
+                       "vanilla,dyn_stgcd_no_spatial@8", "--out", str(tmp_path / "width.json")])
+    width = json.loads((tmp_path / "width.json").read_text())
+    assert width["data_bin"] == str(tmp_path / "data-bin-plain") and width["languages"] == ["de", "en"]
+    assert width["systems"]["dyn_stgcd_no_spatial@8"]["options"][-2:] == ["--dyn-stgcd-graph-dim", "8"]
+    assert width["systems"]["vanilla"]["time_vs_vanilla"] == 1.0
+    assert width["systems"]["dyn_stgcd_no_spatial@8"]["time_vs_vanilla"] > 0
+    assert width["systems"]["vanilla"]["parameters"] > width["systems"]["dyn_stgcd_no_spatial@8"]["parameters"] > 0
+
+
+def test_decoder_race_systems_and_the_features_each_model_gets():
+    """SYSTEM@G only for Dyn-STGCD systems; each model's batch keeps the features its task reads, and nothing
+    else of the features registry (vanilla's forward takes no syntax argument)."""
+    import decoder_race
+
+    assert decoder_race.known_system("dyn_stgcd@64") and decoder_race.known_system("vanilla")
+    assert not decoder_race.known_system("vanilla@64") and not decoder_race.known_system("dyn_stgcd@wide")
+    assert decoder_race.system_options("dyn_stgcd@64", 4)[-2:] == ["--dyn-stgcd-graph-dim", "64"]
+    assert "--dyn-stgcd-graph-dim" not in decoder_race.system_options("dyn_stgcd", 4)
+    sample = {"id": torch.arange(2), "net_input": {"src_tokens": 1, "prev_output_tokens": 2, "src_parent_first": 3,
+                                                    "prev_word_ids": 4}}
+    kept = decoder_race.own_features(sample, {"src_parent_first"})
+    assert kept["net_input"] == {"src_tokens": 1, "prev_output_tokens": 2, "prev_word_ids": 4}
+    assert "src_parent_first" in sample["net_input"]  # the shared batch is not changed for the next system
 
 
 @pytest.mark.slow  # (a smoke run of a benchmark: two systems train and generate, each in a process of its own)
