@@ -86,11 +86,13 @@ def own_features(sample: dict, unread: set) -> dict:
     return dict(sample, net_input={key: value for key, value in sample["net_input"].items() if key not in unread})
 
 
-def race(system: str, options: list, destdir: Path, size: str, train_samples, valid_samples, validate_every: int,
-         peak: float, languages: tuple) -> dict:
-    task, model, criterion = build(destdir, system, size, system_options=options, languages=languages)
-    # the shared batches carry every system's features: each model gets those it reads (its task's set)
-    unread = set(FEATURES) - task.net_input_features
+def race(built: tuple, options: list, train_samples, valid_samples, validate_every: int, peak: float) -> dict:
+    """Train `built` = (system, task, model, criterion, the features its model reads, the RNG state right after the
+    model was built) on the shared batches, validating every `validate_every` updates."""
+    system, task, model, criterion, features_read, rng_state = built
+    torch.set_rng_state(rng_state)  # dropout draws as if the model had just been built
+    # the shared batches carry every system's features: each model gets those it reads
+    unread = set(FEATURES) - features_read
     train_samples, valid_samples = ([own_features(sample, unread) for sample in samples]
                                     for samples in (train_samples, valid_samples))
     pad = task.target_dictionary.pad()
@@ -146,12 +148,15 @@ def main(argv=None):
     else:
         destdir, _ = make_data_bins(workdir, data_root(), args.sentences, corpus=args.corpus)
         languages = ("de", "en")
-    task, _, _ = build(destdir, systems[0], args.size, system_options=system_options(systems[0], args.reencode_every),
-                       languages=languages)
-    for system in systems[1:]:  # the batches carry what every system reads (the task fills this set per model)
-        other, _, _ = build(destdir, system, args.size, system_options=system_options(system, args.reencode_every),
-                            languages=languages)
-        task.net_input_features.update(other.net_input_features)
+    built = []  # each system built once; its task's feature set is known only after its model is built
+    for system in systems:
+        task, model, criterion = build(destdir, system, args.size, languages=languages,
+                                       system_options=system_options(system, args.reencode_every))
+        built.append((system, task, model, criterion, frozenset(task.net_input_features), torch.get_rng_state()))
+    # the batches are drawn once, by the first system's task, and carry what every system reads (the task's
+    # datasets hold its set itself: widened in place)
+    task = built[0][1]
+    task.net_input_features.update(*(features for *_, features, _ in built))
     for split in ("train", "valid"):
         task.load_dataset(split)
     # one draw of batches, shared by every system: epochs in turn, shuffled with seed 1 + epoch
@@ -167,10 +172,10 @@ def main(argv=None):
     report = {"corpus": args.corpus, "data_bin": str(destdir), "languages": list(languages), "size": args.size,
               "sentences": args.sentences, "updates": args.updates, "max_tokens": args.max_tokens,
               "reencode_every": args.reencode_every, "systems": {}}
-    for system in systems:
-        torch.manual_seed(1)
-        report["systems"][system] = race(system, system_options(system, args.reencode_every), destdir, args.size,
-                                         train_samples, valid_samples, args.validate_every, args.lr, languages)
+    for entry in built:
+        system = entry[0]
+        report["systems"][system] = race(entry, system_options(system, args.reencode_every), train_samples,
+                                         valid_samples, args.validate_every, args.lr)
     last = args.updates
     for system, row in report["systems"].items():
         for baseline in ("linearized", "vanilla"):
