@@ -141,6 +141,42 @@ def test_rows_leaving_the_step_loop_keep_their_graph_and_graph_loss(parsed_bin):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_the_first_block_scores_its_edges_once_per_sequence(parsed_bin, monkeypatch):
+    """The full forward scores the first block's own-step graph attention once over the whole sequence (its edge
+    inputs, the token embeddings, are the same at every step) and slices each step's scores from it: outputs,
+    graphs, graph loss and every gradient equal those of scoring again at every step (the path beam search takes),
+    over rows that leave the step loop at different lengths."""
+    from fairseq_syntax.modules.dyn_stgcd.spatial_temporal_block import Block
+
+    _, destdir = parsed_bin
+    task, model = build(destdir)
+    sample = shortest(task, 6)
+    attention = model.decoder.blocks[0].gcn.attention
+    calls = []
+    scored = attention.raw_scores
+    monkeypatch.setattr(attention, "raw_scores", lambda nodes: calls.append(nodes.size(1)) or scored(nodes))
+
+    def forward_and_gradients():
+        model.zero_grad(set_to_none=True)
+        x, extra = model(**sample["net_input"])
+        (x.float().square().mean() + extra["auxiliary_losses"][GRAPH_LOSS]).backward()
+        gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return x.detach(), extra["adjacency"], extra["head_scores"], extra["auxiliary_losses"][GRAPH_LOSS], gradients
+
+    once = forward_and_gradients()
+    width = sample["net_input"]["prev_output_tokens"].size(1)
+    assert calls == [width]  # one scoring of every column
+    calls.clear()
+    monkeypatch.setattr(Block, "sequence_edge_scores", lambda self, embeddings: None)
+    every_step = forward_and_gradients()
+    assert calls == list(range(1, width + 1))
+    for a, b in zip(once[:4], every_step[:4]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert once[4].keys() == every_step[4].keys()
+    for name in once[4]:
+        torch.testing.assert_close(once[4][name], every_step[4][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_gold_graph_is_the_target_parse(parsed_bin):
     """The gold adjacency the loss reads is the target side's CoNLL-U tree: for every token column, its row holds
     1 exactly at the first piece of its head word (BOS for the root), a later piece of a word at its word's first

@@ -49,7 +49,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..modules.dyn_stgcd.dynamic_gcn import GRAPH_ATTENTION_SCORES, NEW_NODE_EDGES, DynamicGCNState, masked_log_softmax
-from ..modules.dyn_stgcd.spatial_temporal_block import ABLATIONS, Block, WalkFeatures
+from ..modules.dyn_stgcd.spatial_temporal_block import ABLATIONS, FIRST_EDGE_SCORES, Block, WalkFeatures
 from ..modules.dyn_stgcd.target_graph import (
     gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, predicted_tree,
 )
@@ -340,6 +340,9 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
         states = self.initial_states(prev_output_tokens)
         # a column's input does not depend on later columns (positions count from the left): embedded once
         embeddings = self.node_inputs(prev_output_tokens)
+        first_edge_scores = self.blocks[0].sequence_edge_scores(embeddings)
+        if first_edge_scores is not None:
+            context[FIRST_EDGE_SCORES] = first_edge_scores
         outputs, losses = [], []
         batch, width = prev_output_tokens.shape
         last_step = node_mask.sum(dim=1) - 1  # each row's graph is complete at the step of its last column

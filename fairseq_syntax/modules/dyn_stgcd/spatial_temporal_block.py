@@ -13,6 +13,11 @@ from .random_walk_kernel import RandomWalkKernel
 from .temporal_convolution import TemporalConvolution
 
 ABLATIONS = ("no_spatial", "no_temporal", "static_weight", "static_adjacency")  # the paper's Figure 5 rows
+# the context entry holding the first block's own-step graph attention scores of the whole sequence (B, T, T), when
+# the caller has scored it once (Block.sequence_edge_scores): its edge inputs, the token embeddings, are the same
+# at every step, so step t's scores are the first t + 1 rows and columns (a step would score them again: ~T^3 / 3
+# node pairs per sentence instead of T^2, and in training the largest tensor of the step, (B, n, n, d'))
+FIRST_EDGE_SCORES = "first_edge_scores"
 
 
 class MLP(nn.Sequential):
@@ -109,8 +114,13 @@ class Block(nn.Module):
         block_input = inputs if inputs is not None else context["embeddings"]  # X^l: Y^{l-1}, or the tokens
         scores = None
         if self.spatial:
+            edge_scores = context.get(FIRST_EDGE_SCORES) if self.first else None
+            if edge_scores is not None:
+                n = block_input.size(1)
+                edge_scores = edge_scores[:, :n, :n]
             convolved, adjacency, weight, scores = self.gcn.step(inputs, node_mask, state, context["sog"],
-                                                                 gold_previous, edge_inputs=block_input)
+                                                                 gold_previous, edge_inputs=block_input,
+                                                                 edge_scores=edge_scores)
         else:
             embeddings = context["embeddings"]
             batch, n = embeddings.shape[:2]
@@ -140,6 +150,14 @@ class Block(nn.Module):
         if self.gcn is None:  # no graph: nothing to carry to the next step
             return y, adjacency, state, scores
         return y, adjacency, self.gcn.next_state(state, adjacency, weight, y), scores
+
+    def sequence_edge_scores(self, embeddings: Tensor) -> Optional[Tensor]:
+        """The first block's own-step graph attention raw scores over every column (B, T, T), for FIRST_EDGE_SCORES;
+        None where the block computes none of its own from the embeddings (a later block, no graph, a static
+        adjacency, edges of the next step)."""
+        if not (self.first and self.gcn is not None and self.gcn.dynamic_adjacency and self.gcn.own_step):
+            return None
+        return self.gcn.attention.raw_scores(embeddings)
 
     def initial_state(self, probe: Tensor) -> DynamicGCNState:
         """The state before step 0 (probe: (B, 0, g)); without a spatial layer an empty one, kept as it is at every
