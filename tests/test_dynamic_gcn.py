@@ -16,6 +16,7 @@ import torch
 
 from fairseq_syntax.data.channels import SentenceSyntax
 from fairseq_syntax.data.features import collate_features
+from fairseq_syntax.modules.dyn_stgcd import dynamic_gcn
 from fairseq_syntax.models.dyn_stgcd import parse_hidden_graphs
 from fairseq_syntax.modules.dyn_stgcd.target_graph import (
     argmax_heads, gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, tree_heads, word_scores,
@@ -213,6 +214,25 @@ def test_gatv2_coefficients_equal_the_softmax_of_their_loop_and_rank_per_row(dev
     assert len(set(rankings(expected, mask, 0))) > 1
     with pytest.raises(ValueError, match="gatv3"):
         GraphAttentionCoefficients(embed_dim=5, attention_dim=3, scores="gatv3")
+
+
+@pytest.mark.parametrize("chunk_values", [1 << 20, 40])
+def test_gatv2_pairwise_scores_and_their_gradients_equal_the_formula(monkeypatch, chunk_values):
+    """PairwiseScores (gatv2's raw scores, its (B, n, m, d') pre-activations never kept, made a few sentences at a
+    time, again in the backward pass): values entry by entry from s_ij = a . LeakyReLU(r_i + c_j) in float64, and
+    gradients against finite differences (gradcheck), in one chunk and in chunks of one sentence (40 values)."""
+    monkeypatch.setattr(dynamic_gcn, "PAIRWISE_CHUNK_VALUES", chunk_values)
+    generator = torch.Generator().manual_seed(3)
+    rows, columns, weight = (torch.randn(*shape, generator=generator, dtype=torch.float64, requires_grad=True)
+                             for shape in ((3, 4, 2), (3, 5, 2), (2,)))
+    scores = dynamic_gcn.PairwiseScores.apply(rows, columns, weight, 0.2)
+    assert scores.shape == (3, 4, 5)
+    for b, i, j in np.ndindex(3, 4, 5):
+        hidden = [float(rows[b, i, k] + columns[b, j, k]) for k in range(2)]
+        expected = sum(float(weight[k]) * (h if h > 0 else 0.2 * h) for k, h in enumerate(hidden))
+        assert math.isclose(float(scores[b, i, j]), expected, rel_tol=1e-12, abs_tol=1e-12)
+    assert torch.autograd.gradcheck(lambda r, c, a: dynamic_gcn.PairwiseScores.apply(r, c, a, 0.2),
+                                    (rows, columns, weight))
 
 
 # ---- 2. evolving weight (eq. 6, appendix A.1) --------------------------------------------------------------------

@@ -53,6 +53,56 @@ def masked_softmax(scores: Tensor, allowed: Optional[Tensor], dim: int) -> Tenso
 
 
 GRAPH_ATTENTION_SCORES = ("gat", "gatv2", "biaffine")
+# the (b, n, m, d') pre-activations of PairwiseScores are made a few sentences at a time, about this many values each
+PAIRWISE_CHUNK_VALUES = 1 << 20
+
+
+def pairwise_sums(rows: Tensor, columns: Tensor) -> Tensor:
+    """(b, n, m, d') [.., i, j, :] = rows[.., i, :] + columns[.., j, :]: the rows copied out and the columns added in
+    place, the values of a broadcast sum (whose CPU kernel over a d'-wide inner dimension was ~4x slower)."""
+    return rows.unsqueeze(2).expand(-1, -1, columns.size(1), -1).contiguous().add_(columns.unsqueeze(1))
+
+
+class PairwiseScores(torch.autograd.Function):
+    """GATv2's raw scores s[b, i, j] = a . LeakyReLU(r[b, i] + c[b, j]) from rows r (B, n, d'), columns c (B, m, d')
+    and a (d'), without keeping the (B, n, m, d') pre-activations for the backward pass: both passes build them a
+    few sentences at a time (PAIRWISE_CHUNK_VALUES), the backward pass again. Autograd's path kept two such tensors
+    per step and block until the backward pass (Dyn-STGCD's training memory ~2x that with the paper's GAT) and
+    spent a large part of a training step writing them into fresh memory. Not twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, columns: Tensor, weight: Tensor, negative_slope: float) -> Tensor:
+        ctx.save_for_backward(rows, columns, weight)
+        ctx.negative_slope = negative_slope
+        scores = rows.new_empty(rows.size(0), rows.size(1), columns.size(1))
+        for chunk in PairwiseScores.chunks(rows, columns):
+            hidden = pairwise_sums(rows[chunk], columns[chunk])
+            scores[chunk] = F.leaky_relu_(hidden, negative_slope) @ weight
+        return scores
+
+    @staticmethod
+    def chunks(rows: Tensor, columns: Tensor):
+        size = max(1, PAIRWISE_CHUNK_VALUES // max(1, rows.size(1) * columns.size(1) * rows.size(2)))
+        return [slice(start, start + size) for start in range(0, rows.size(0), size)]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        rows, columns, weight = ctx.saved_tensors
+        grad_rows, grad_columns = torch.empty_like(rows), torch.empty_like(columns)
+        grad_weight = torch.zeros_like(weight)
+        for chunk in PairwiseScores.chunks(rows, columns):
+            activated = F.leaky_relu_(pairwise_sums(rows[chunk], columns[chunk]), ctx.negative_slope)
+            scores_grad = grad[chunk].contiguous()
+            # d s / d a = LeakyReLU(r_i + c_j), summed over the (b, i, j) with their gradients
+            grad_weight += activated.view(-1, activated.size(-1)).t() @ scores_grad.view(-1)
+            # d s / d (r_i + c_j) = a . LeakyReLU'(...): the outer product g a (one GEMM), then the derivative
+            # (the activation's sign is the pre-activation's: the slope is positive)
+            hidden_grad = (scores_grad.view(-1, 1) @ weight.view(1, -1)).view_as(activated)
+            hidden_grad = torch.ops.aten.leaky_relu_backward(hidden_grad, activated, ctx.negative_slope, True)
+            grad_rows[chunk] = hidden_grad.sum(dim=2)
+            grad_columns[chunk] = hidden_grad.sum(dim=1)
+        return grad_rows, grad_columns, grad_weight, None
 
 
 def masked_log_softmax(scores: Tensor, allowed: Optional[Tensor], dim: int) -> Tensor:
@@ -108,10 +158,7 @@ class GraphAttentionCoefficients(nn.Module):
             return F.leaky_relu(scores, self.negative_slope)
         if self.scores == "gatv2":
             rows, columns = projected.chunk(2, dim=-1)  # W_i y_i, W_j y_j
-            # (B, n, n, d'): the rows copied out, then the columns added and the LeakyReLU applied in place, the
-            # same values as a broadcast sum (whose kernel over a d'-wide inner dimension was ~4x slower on CPU)
-            hidden = rows.unsqueeze(2).expand(-1, -1, columns.size(1), -1).contiguous().add_(columns.unsqueeze(1))
-            return F.leaky_relu_(hidden, self.negative_slope) @ self.score.weight.float().view(-1)
+            return PairwiseScores.apply(rows, columns, self.score.weight.float().view(-1), self.negative_slope)
         dependents, heads = F.leaky_relu(projected, self.negative_slope).chunk(2, dim=-1)
         return ((dependents @ self.bilinear.float()) @ heads.transpose(1, 2)
                 + (heads @ self.head_bias.float()).unsqueeze(1))
