@@ -16,13 +16,13 @@ import torch
 
 from fairseq_syntax.data.channels import SentenceSyntax
 from fairseq_syntax.data.features import collate_features
-from fairseq_syntax.modules.dyn_stgcd import dynamic_gcn
 from fairseq_syntax.models.dyn_stgcd import parse_hidden_graphs
 from fairseq_syntax.modules.dyn_stgcd.target_graph import (
     argmax_heads, gold_heads, gold_target_graph, graph_loss, head_loss, piece_graph, tree_heads, word_scores,
 )
 from fairseq_syntax.modules.dyn_stgcd.dynamic_gcn import (
-    DynamicGCN, EvolvingWeight, GraphAttentionCoefficients, masked_log_softmax, normalized_propagation,
+    DynamicGCN, EvolvingWeight, GraphAttentionCoefficients, PairwiseScores, masked_log_softmax,
+    normalized_propagation,
 )
 from fairseq_syntax.modules.dyn_stgcd.temporal_convolution import TemporalConvolution
 
@@ -221,17 +221,17 @@ def test_gatv2_pairwise_scores_and_their_gradients_equal_the_formula(monkeypatch
     """PairwiseScores (gatv2's raw scores, its (B, n, m, d') pre-activations never kept, made a few sentences at a
     time, again in the backward pass): values entry by entry from s_ij = a . LeakyReLU(r_i + c_j) in float64, and
     gradients against finite differences (gradcheck), in one chunk and in chunks of one sentence (40 values)."""
-    monkeypatch.setattr(dynamic_gcn, "PAIRWISE_CHUNK_VALUES", chunk_values)
+    monkeypatch.setattr("fairseq_syntax.modules.dyn_stgcd.dynamic_gcn.PAIRWISE_CHUNK_VALUES", chunk_values)
     generator = torch.Generator().manual_seed(3)
     rows, columns, weight = (torch.randn(*shape, generator=generator, dtype=torch.float64, requires_grad=True)
                              for shape in ((3, 4, 2), (3, 5, 2), (2,)))
-    scores = dynamic_gcn.PairwiseScores.apply(rows, columns, weight, 0.2)
+    scores = PairwiseScores.apply(rows, columns, weight, 0.2)
     assert scores.shape == (3, 4, 5)
     for b, i, j in np.ndindex(3, 4, 5):
         hidden = [float(rows[b, i, k] + columns[b, j, k]) for k in range(2)]
         expected = sum(float(weight[k]) * (h if h > 0 else 0.2 * h) for k, h in enumerate(hidden))
         assert math.isclose(float(scores[b, i, j]), expected, rel_tol=1e-12, abs_tol=1e-12)
-    assert torch.autograd.gradcheck(lambda r, c, a: dynamic_gcn.PairwiseScores.apply(r, c, a, 0.2),
+    assert torch.autograd.gradcheck(lambda r, c, a: PairwiseScores.apply(r, c, a, 0.2),
                                     (rows, columns, weight))
 
 
