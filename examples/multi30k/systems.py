@@ -69,9 +69,10 @@ MULTI30K_SYSTEMS = {
     "dyn_stgcd_no_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks",
                            "--dyn-stgcd-no-target-walks"],
     "dyn_stgcd_no_source_walks": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-source-walks"],
-    # eq. 7's graph attention with Brody et al.'s GATv2 scores instead of the default biaffine ones (its records
-    # from before issue 77 had the paper's other equations: no residual, next-step edges, the smooth-L1 loss)
-    "dyn_stgcd_gatv2": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-graph-attention", "gatv2"],
+    # eq. 7's graph attention with Dozat & Manning's biaffine scores instead of the default GATv2 ones (two matrix
+    # products, no (n, n, G) tensor per step and block). `dyn_stgcd_gatv2`, archived in
+    # results/archive/cpu.before-issue77/, was the paper's other equations with GATv2 scores; GATv2 is the default now
+    "dyn_stgcd_biaffine": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-graph-attention", "biaffine"],
     # the paper's equations as printed (no residual around eq. 8, GAT scores, eq. 7's next-step edges, smooth-L1):
     # the form whose graph collapses (issue 77), kept to show what the deviations buy
     "dyn_stgcd_paper": ["--arch", "dyn_stgcd_multi30k", "--dyn-stgcd-no-residual", "--dyn-stgcd-graph-attention",
