@@ -1,10 +1,11 @@
-"""One system's training step under two versions of the code, or two systems' steps under this code, timed at the
-same time, one per core, then with the cores swapped: for differences of a few percent on a machine whose own speed
-moves by more than that between minutes (the 2-core machine of docs/results.md moved by up to 15%: runs one after
-another cannot tell 5% apart).
+"""One system's training step (or beam search: --part generate) under two versions of the code, or two systems'
+under this code, timed at the same time, one per core, then with the cores swapped: for differences of a few
+percent on a machine whose own speed moves by more than that between minutes (the 2-core machine of
+docs/results.md moved by up to 15%: runs one after another cannot tell 5% apart).
 
   python bench/paired_step.py --before REV [--after REV] [--system dyn_stgcd] [--batches 8] [--repeats 2]
       [--rounds 2] [--seconds S] [--workdir work/decoder-cost] [--arch-size multi30k] [--max-tokens 2048]
+      [--part generate [--generate-pieces 25]]
   python bench/paired_step.py --baseline vanilla [--system dyn_stgcd] --seconds 120 ...
 
 --baseline SYSTEM: "before" is that system and "after" --system, both this working tree's code, on the same
@@ -19,6 +20,12 @@ criterion on the same first --batches batches of bench/decoder_cost.py's plain d
 batch's minimum over the passes after a warm-up pass, summed over the batches (and beside it each batch's median:
 the ratio of the medians is printed too). The two children of a round start together, so
 both meet the same machine. Stop other work on the machine first (both cores are used).
+
+--part generate: the same pairing for beam search instead of the training step: each child times passes of
+bench/decoder_cost.py's generation (beam 5 over the valid split, every hypothesis forced to --generate-pieces
+tokens, the model in eval mode, randomly initialised) after a warm-up pass, process CPU time per pass; "seconds" is
+the fastest pass and "median_seconds" the median one. Beam search's rate moved by 20% between runs of
+bench/dyn_stgcd_cost.py's one-process-at-a-time protocol on one machine (docs/results.md, 2026-12-07).
 """
 import argparse
 import json
@@ -59,19 +66,36 @@ def child(args) -> None:
         loss.backward()
         return time.process_time() - started
 
-    for sample in samples:  # warm-up
-        step(sample)
-    passes, started = [], time.monotonic()
-    while len(passes) < args.repeats or time.monotonic() - started < args.seconds:
-        passes.append([step(sample) for sample in samples])
-    timed = time.monotonic() - started
-    seconds = sum(min(times) for times in zip(*passes))  # each batch's fastest pass
-    # and each batch's median pass (bench/dyn_stgcd_cost.py's estimator): a system whose passes vary more gains
-    # more from the minimum
-    median_seconds = sum(statistics.median(times) for times in zip(*passes))
+    if args.part == "generate":
+        from decoder_cost import generation_speed
+
+        lengths = (args.generate_pieces, args.generate_pieces)
+
+        def search() -> float:
+            started = time.process_time()
+            generation_speed(task, model, lengths)
+            return time.process_time() - started
+
+        search()  # warm-up
+        passes, started = [], time.monotonic()
+        while len(passes) < args.repeats or time.monotonic() - started < args.seconds:
+            passes.append(search())
+        timed = time.monotonic() - started
+        seconds, median_seconds = min(passes), statistics.median(passes)
+    else:
+        for sample in samples:  # warm-up
+            step(sample)
+        passes, started = [], time.monotonic()
+        while len(passes) < args.repeats or time.monotonic() - started < args.seconds:
+            passes.append([step(sample) for sample in samples])
+        timed = time.monotonic() - started
+        seconds = sum(min(times) for times in zip(*passes))  # each batch's fastest pass
+        # and each batch's median pass (bench/dyn_stgcd_cost.py's estimator): a system whose passes vary more gains
+        # more from the minimum
+        median_seconds = sum(statistics.median(times) for times in zip(*passes))
     print("RESULT " + json.dumps({"seconds": seconds, "median_seconds": median_seconds, "passes": len(passes),
                                   "timed_seconds": timed,
-                                  "system": args.system,
+                                  "system": args.system, "part": args.part,
                                   "module": fairseq_syntax.__file__}), flush=True)
 
 
@@ -98,6 +122,9 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, default=2000, help="the EWT train sentences of the data-bin")
     parser.add_argument("--arch-size", default="multi30k", choices=("tiny", "multi30k"))
     parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--part", default="train", choices=("train", "generate"),
+                        help="time the training step (forward + backward) or beam search (generate)")
+    parser.add_argument("--generate-pieces", type=int, default=25, help="--part generate: tokens per hypothesis")
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # internal: a child's code
     parser.add_argument("--core", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--data-bin", help=argparse.SUPPRESS)
@@ -131,7 +158,7 @@ def main(argv=None):
                 [sys.executable, __file__, "--tree", str(trees[name]), "--core", str(placed[name]), "--data-bin",
                  str(plain), "--system", systems[name], "--batches", str(args.batches), "--repeats",
                  str(args.repeats), "--seconds", str(args.seconds), "--arch-size", args.arch_size, "--max-tokens",
-                 str(args.max_tokens)],
+                 str(args.max_tokens), "--part", args.part, "--generate-pieces", str(args.generate_pieces)],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in trees}
             measured = {"cores": placed}
             for name, process in running.items():
@@ -153,11 +180,13 @@ def main(argv=None):
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], capture_output=True)
     ratio = statistics.median(r["ratio"] for r in rounds)
     median_ratio = statistics.median(r["median_ratio"] for r in rounds)
+    timed, rate = ("beam search pass time", "sentences/s") if args.part == "generate" else ("step time",
+                                                                                          "train words/s")
     if args.baseline:
-        print(f"{args.system} / {args.baseline}: step time {ratio:.3f}, train words/s {1 / ratio:.3f}x; of the "
+        print(f"{args.system} / {args.baseline}: {timed} {ratio:.3f}, {rate} {1 / ratio:.3f}x; of the "
               f"median passes {median_ratio:.3f}, {1 / median_ratio:.3f}x (medians of {len(rounds)} rounds)")
     else:
-        print(f"{args.system}: after / before step time {ratio:.3f}, of the median passes {median_ratio:.3f} "
+        print(f"{args.system}: after / before {timed} {ratio:.3f}, of the median passes {median_ratio:.3f} "
               f"(medians of {len(rounds)} rounds)")
     return rounds
 

@@ -251,3 +251,24 @@ def test_paired_step_times_two_systems_for_the_same_wall_time(data_root, tmp_pat
     assert measured["ratio"] == pytest.approx(measured["after"]["seconds"] / measured["before"]["seconds"])
     with pytest.raises(SystemExit):
         paired_step.main(["--baseline", "vanilla", "--before", "HEAD"])
+
+
+def test_paired_step_times_beam_search_with_part_generate(data_root, tmp_path):
+    """bench/paired_step.py --part generate: both children time beam-search passes (not training steps) for the
+    --seconds asked, and the round's ratio is of their fastest passes."""
+    import os
+
+    import paired_step
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("paired timing needs 2 cores")
+    rounds = paired_step.main(["--baseline", "vanilla", "--system", "dyn_stgcd", "--part", "generate",
+                               "--generate-pieces", "4", "--seconds", "2", "--workdir", str(tmp_path), "--sentences",
+                               "120", "--batches", "1", "--repeats", "2", "--rounds", "1", "--arch-size", "tiny",
+                               "--max-tokens", "400"])
+    (measured,) = rounds
+    for name in ("before", "after"):
+        assert measured[name]["part"] == "generate"
+        assert measured[name]["timed_seconds"] >= 2 and measured[name]["passes"] >= 2
+        assert 0 < measured[name]["seconds"] <= measured[name]["median_seconds"]
+    assert measured["ratio"] == pytest.approx(measured["after"]["seconds"] / measured["before"]["seconds"])
