@@ -177,6 +177,27 @@ def test_the_first_block_scores_its_edges_once_per_sequence(parsed_bin, monkeypa
         torch.testing.assert_close(once[4][name], every_step[4][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+
+def test_beam_search_scores_only_the_newest_columns_pairs_in_the_first_block(parsed_bin, monkeypatch):
+    """Step by step (fairseq's incremental state), the first block's GATv2 scores of the earlier columns' pairs are
+    kept (their nodes, the token embeddings, do not change) and only the newest column's row and column are scored:
+    the whole scoring runs at the first step only, and the steps, reordered as beam search moves hypotheses, still
+    give what the full forward gives (a kept score or input of the wrong row would not)."""
+    _, destdir = parsed_bin
+    task, model = build(destdir)
+    attention = model.decoder.blocks[0].gcn.attention
+    assert attention.scores == "gatv2"
+    calls = []
+    scored = attention.raw_scores
+    monkeypatch.setattr(attention, "raw_scores", lambda nodes: calls.append(nodes.size(1)) or scored(nodes))
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 12)
+    with torch.no_grad():
+        model.decoder(prev, encoder_out=encoder_out)
+    assert calls == [prev.size(1)]  # the full forward: once over every column
+    calls.clear()
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="dyn_stgcd")
+    assert calls == [prev.size(1), 1]  # the full forward again, then the first step only
+
 def test_gold_graph_is_the_target_parse(parsed_bin):
     """The gold adjacency the loss reads is the target side's CoNLL-U tree: for every token column, its row holds
     1 exactly at the first piece of its head word (BOS for the root), a later piece of a word at its word's first

@@ -238,11 +238,13 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
 
     # ---- inputs ---------------------------------------------------------------------------------------------------
 
-    def node_inputs(self, tokens: Tensor) -> Tensor:
-        """emb(token) of every node (B, n, G): scaled embedding plus positions, dropout, projected to G."""
-        x = self.embed_scale * self.embed_tokens(tokens)
+    def node_inputs(self, tokens: Tensor, last_only: bool = False) -> Tensor:
+        """emb(token) of every node (B, n, G), or of the last one only (B, 1, G; beam search keeps the others):
+        scaled embedding plus positions, dropout, projected to G."""
+        x = self.embed_scale * self.embed_tokens(tokens[:, -1:] if last_only else tokens)
         if self.embed_positions is not None:
-            x = x + self.embed_positions(tokens)
+            positions = self.embed_positions(tokens)
+            x = x + (positions[:, -1:] if last_only else positions)
         x = self.dropout(x)
         return self.embed_to_graph(x) if self.embed_to_graph is not None else x
 
@@ -396,11 +398,20 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
             states = self.initial_states(prev_output_tokens)
             for t in range(prev_output_tokens.size(1) - 1):
                 *_, states = self.step(prev_output_tokens[:, :t + 1], states, context)
+            embeddings = self.node_inputs(prev_output_tokens)
+            edge_scores = self.blocks[0].sequence_edge_scores(embeddings)
         else:
+            # the earlier columns' inputs and the first block's scores of their pairs do not change from step to
+            # step (the step loop of training computes them once too): only the new column's are computed
             context, states = kept["context"], kept["states"]
-        out, adjacency, _, states = self.step(prev_output_tokens, states, context)
+            embeddings = torch.cat([kept["embeddings"], self.node_inputs(prev_output_tokens, last_only=True)], dim=1)
+            edge_scores = (None if kept["edge_scores"] is None
+                           else self.blocks[0].sequence_edge_scores(embeddings, previous=kept["edge_scores"]))
+        step_context = context if edge_scores is None else dict(context, **{FIRST_EDGE_SCORES: edge_scores})
+        out, adjacency, _, states = self.step(prev_output_tokens, states, step_context, embeddings=embeddings)
         self.set_incremental_state(incremental_state, STATE_KEY, {
-            "length": prev_output_tokens.size(1), "context": context, "states": states, "adjacency": adjacency})
+            "length": prev_output_tokens.size(1), "context": context, "states": states, "adjacency": adjacency,
+            "embeddings": embeddings, "edge_scores": edge_scores})
         x = out.unsqueeze(1)
         if self.graph_to_output is not None:
             x = self.graph_to_output(x)
@@ -435,4 +446,6 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
         self.set_incremental_state(incremental_state, STATE_KEY, {
             "length": kept["length"], "context": context,
             "states": [state.index_select(new_order) for state in kept["states"]],
-            "adjacency": kept["adjacency"].index_select(0, new_order)})
+            "adjacency": kept["adjacency"].index_select(0, new_order),
+            "embeddings": kept["embeddings"].index_select(0, new_order),
+            "edge_scores": None if kept["edge_scores"] is None else kept["edge_scores"].index_select(0, new_order)})

@@ -165,6 +165,18 @@ class GraphAttentionCoefficients(nn.Module):
         return ((dependents @ self.bilinear.float()) @ heads.transpose(1, 2)
                 + (heads @ self.head_bias.float()).unsqueeze(1))
 
+    def extended_raw_scores(self, previous: Tensor, nodes: Tensor) -> Tensor:
+        """raw_scores(nodes) (B, n, n) given previous = raw_scores(nodes[:, :n - 1]): a pair's score reads its two
+        nodes only, so gatv2 scores just the newest node's row and column (beam search's first block, whose nodes,
+        the token embeddings, stay the same from step to step); gat and biaffine, two matrix products, score all."""
+        if self.scores != "gatv2" or previous.size(1) == 0:
+            return self.raw_scores(nodes)
+        rows, columns = self.project(nodes).float().chunk(2, dim=-1)
+        weight = self.score.weight.float().view(-1)
+        new_row = PairwiseScores.apply(rows[:, -1:], columns, weight, self.negative_slope)  # (B, 1, n)
+        new_column = PairwiseScores.apply(rows[:, :-1], columns[:, -1:], weight, self.negative_slope)  # (B, n - 1, 1)
+        return torch.cat([torch.cat([previous, new_column], dim=2), new_row], dim=1)
+
     def forward(self, nodes: Tensor, node_mask: Optional[Tensor]) -> Tensor:
         return self.coefficients(self.raw_scores(nodes), node_mask)
 

@@ -151,12 +151,15 @@ class Block(nn.Module):
             return y, adjacency, state, scores
         return y, adjacency, self.gcn.next_state(state, adjacency, weight, y), scores
 
-    def sequence_edge_scores(self, embeddings: Tensor) -> Optional[Tensor]:
+    def sequence_edge_scores(self, embeddings: Tensor, previous: Optional[Tensor] = None) -> Optional[Tensor]:
         """The first block's own-step graph attention raw scores over every column (B, T, T), for FIRST_EDGE_SCORES;
         None where the block computes none of its own from the embeddings (a later block, no graph, a static
-        adjacency, edges of the next step)."""
+        adjacency, edges of the next step). previous: those of embeddings[:, :T - 1], kept by beam search, so that
+        only the newest column's pairs are scored."""
         if not (self.first and self.gcn is not None and self.gcn.dynamic_adjacency and self.gcn.own_step):
             return None
+        if previous is not None:
+            return self.gcn.attention.extended_raw_scores(previous, embeddings)
         return self.gcn.attention.raw_scores(embeddings)
 
     def initial_state(self, probe: Tensor) -> DynamicGCNState:
