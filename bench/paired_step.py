@@ -6,6 +6,7 @@ docs/results.md moved by up to 15%: runs one after another cannot tell 5% apart)
   python bench/paired_step.py --before REV [--after REV] [--system dyn_stgcd] [--batches 8] [--repeats 2]
       [--rounds 2] [--seconds S] [--workdir work/decoder-cost] [--arch-size multi30k] [--max-tokens 2048]
       [--part generate [--generate-pieces 25]]
+  python bench/paired_step.py --before REV --before-system NAME_THERE --system NAME_HERE ...
   python bench/paired_step.py --baseline vanilla [--system dyn_stgcd] --seconds 120 ...
 
 --baseline SYSTEM: "before" is that system and "after" --system, both this working tree's code, on the same
@@ -111,6 +112,9 @@ def main(argv=None):
                                            "this working tree's code (e.g. vanilla)")
     parser.add_argument("--after", help="the revision measured against it (default: this working tree)")
     parser.add_argument("--system", default="dyn_stgcd", help="one of examples/multi30k/systems.py's systems")
+    parser.add_argument("--before-system",
+                        help="with --before: the system the before revision runs (default --system), e.g. a name "
+                             "that revision gave to today's variant")
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the cores swapped in each next one")
@@ -131,6 +135,8 @@ def main(argv=None):
         return child(args)
     if bool(args.before) == bool(args.baseline):
         parser.error("give one of --before REV (two versions) or --baseline SYSTEM (two systems)")
+    if args.before_system and not args.before:
+        parser.error("--before-system goes with --before")
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         raise SystemExit("paired timing needs 2 cores")
@@ -147,7 +153,7 @@ def main(argv=None):
     else:
         made = [worktree(args.before, workdir)] + ([worktree(args.after, workdir)] if args.after else [])
         trees = {"before": made[0], "after": made[1] if args.after else REPO}
-        systems = {"before": args.system, "after": args.system}
+        systems = {"before": args.before_system or args.system, "after": args.system}
     rounds = []
     try:
         for round_index in range(args.rounds):
@@ -184,8 +190,8 @@ def main(argv=None):
         print(f"{args.system} / {args.baseline}: {timed} {ratio:.3f}, {rate} {1 / ratio:.3f}x; of the "
               f"median passes {median_ratio:.3f}, {1 / median_ratio:.3f}x (medians of {len(rounds)} rounds)")
     else:
-        print(f"{args.system}: after / before {timed} {ratio:.3f}, of the median passes {median_ratio:.3f} "
-              f"(medians of {len(rounds)} rounds)")
+        print(f"{systems['after']} / {systems['before']} at {args.before}: after / before {timed} {ratio:.3f}, of "
+              f"the median passes {median_ratio:.3f} (medians of {len(rounds)} rounds)")
     return rounds
 
 

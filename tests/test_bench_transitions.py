@@ -207,8 +207,8 @@ def test_dyn_stgcd_cost_bench_reports_each_systems_figures_and_the_ratios(data_r
 
 def test_paired_step_times_each_tree_with_its_own_code_on_swapped_cores(data_root, tmp_path):
     """bench/paired_step.py at the tiny size: each round times the two versions at once, each child with the code of
-    its own tree (the --before revision's worktree, this tree after), the cores swapped in the next round; the
-    worktree is removed afterwards."""
+    its own tree (the --before revision's worktree, this tree after) and its own system (--before-system: the name
+    the old revision gives the variant), the cores swapped in the next round; the worktree is removed afterwards."""
     import os
     import subprocess
 
@@ -217,9 +217,11 @@ def test_paired_step_times_each_tree_with_its_own_code_on_swapped_cores(data_roo
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("paired timing needs 2 cores")
     repo = Path(paired_step.__file__).resolve().parent.parent
-    rounds = paired_step.main(["--before", "HEAD", "--workdir", str(tmp_path), "--sentences", "120", "--batches", "1",
-                               "--repeats", "1", "--rounds", "2", "--arch-size", "tiny", "--max-tokens", "400"])
+    rounds = paired_step.main(["--before", "HEAD", "--before-system", "vanilla", "--system", "dyn_stgcd", "--workdir",
+                               str(tmp_path), "--sentences", "120", "--batches", "1", "--repeats", "1", "--rounds", "2",
+                               "--arch-size", "tiny", "--max-tokens", "400"])
     assert len(rounds) == 2
+    assert all((r["before"]["system"], r["after"]["system"]) == ("vanilla", "dyn_stgcd") for r in rounds)
     assert rounds[0]["cores"]["before"] == rounds[1]["cores"]["after"] != rounds[0]["cores"]["after"]
     for measured in rounds:
         before, after = Path(measured["before"]["module"]), Path(measured["after"]["module"])
@@ -251,6 +253,8 @@ def test_paired_step_times_two_systems_for_the_same_wall_time(data_root, tmp_pat
     assert measured["ratio"] == pytest.approx(measured["after"]["seconds"] / measured["before"]["seconds"])
     with pytest.raises(SystemExit):
         paired_step.main(["--baseline", "vanilla", "--before", "HEAD"])
+    with pytest.raises(SystemExit):  # a system for the old revision needs an old revision
+        paired_step.main(["--baseline", "vanilla", "--before-system", "vanilla"])
 
 
 def test_paired_step_times_beam_search_with_part_generate(data_root, tmp_path):
