@@ -177,7 +177,6 @@ def test_the_first_block_scores_its_edges_once_per_sequence(parsed_bin, monkeypa
         torch.testing.assert_close(once[4][name], every_step[4][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-
 def test_beam_search_scores_only_the_newest_columns_pairs_in_the_first_block(parsed_bin, monkeypatch):
     """Step by step (fairseq's incremental state), the first block's GATv2 scores of the earlier columns' pairs are
     kept (their nodes, the token embeddings, do not change) and only the newest column's row and column are scored:
@@ -197,6 +196,7 @@ def test_beam_search_scores_only_the_newest_columns_pairs_in_the_first_block(par
     calls.clear()
     assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="dyn_stgcd")
     assert calls == [prev.size(1), 1]  # the full forward again, then the first step only
+
 
 def test_gold_graph_is_the_target_parse(parsed_bin):
     """The gold adjacency the loss reads is the target side's CoNLL-U tree: for every token column, its row holds
