@@ -149,6 +149,14 @@ def test_decoder_race_trains_each_system_on_the_same_batches(data_root, tmp_path
     for row in report["systems"].values():
         assert list(row["valid_nll"]) == ["2", "4"] and all(0 < v < 20 for v in row["valid_nll"].values())
         assert row["seconds_per_update"] > 0
+    # the transition targets' positions in their classes under B = 3, each system scored on all of them
+    positions = report["valid_positions_by_class"]
+    assert set(positions) == set(decoder_race.POSITION_CLASSES) and all(n > 0 for n in positions.values())
+    for row in report["systems"].values():
+        by_class = row["valid_nll_by_position"]["4"]
+        assert set(by_class) == set(positions)
+        pooled = sum(by_class[name] * n for name, n in positions.items()) / sum(positions.values())
+        assert abs(pooled - row["valid_nll"]["4"]) < 1e-6 * row["valid_nll"]["4"]
     decoder_race.main([*arguments, "--systems", "linearized", "--out", str(tmp_path / "again.json")])
     again = json.loads((tmp_path / "again.json").read_text())
     assert again["systems"]["linearized"]["valid_nll"] == report["systems"]["linearized"]["valid_nll"]
@@ -159,9 +167,29 @@ def test_decoder_race_trains_each_system_on_the_same_batches(data_root, tmp_path
     width = json.loads((tmp_path / "width.json").read_text())
     assert width["data_bin"] == str(tmp_path / "data-bin-plain") and width["languages"] == ["de", "en"]
     assert width["systems"]["dyn_stgcd_no_spatial@8"]["options"][-2:] == ["--dyn-stgcd-graph-dim", "8"]
+    assert "valid_positions_by_class" not in width  # no arc tokens on a plain target
     assert width["systems"]["vanilla"]["time_vs_vanilla"] == 1.0
     assert width["systems"]["dyn_stgcd_no_spatial@8"]["time_vs_vanilla"] > 0
     assert width["systems"]["vanilla"]["parameters"] > width["systems"]["dyn_stgcd_no_spatial@8"]["parameters"] > 0
+
+
+def test_decoder_race_position_classes_follow_the_block_starts_and_the_arcs_since_them():
+    """A position's class under re-encoding every B columns, against a loop over the columns: 0 at a block start,
+    2 after it when an arc token is among the input columns since the start (the start's own excluded), else 1."""
+    import decoder_race
+
+    generator = torch.Generator().manual_seed(0)
+    is_arc = torch.rand(12, generator=generator) < 0.4
+    tokens = torch.randint(0, 12, (5, 17), generator=generator)
+    for every in (1, 2, 3, 5, 40):
+        classes = decoder_race.position_classes(tokens, is_arc, every)
+        for row in range(tokens.size(0)):
+            for column in range(tokens.size(1)):
+                start = column - column % every
+                since = [bool(is_arc[tokens[row, j]]) for j in range(start + 1, column + 1)]
+                expected = 0 if column == start else 2 if any(since) else 1
+                assert int(classes[row, column]) == expected, (every, row, column)
+    assert decoder_race.position_classes(tokens, is_arc, 1).eq(0).all()
 
 
 def test_decoder_race_systems_and_the_features_each_model_gets():
