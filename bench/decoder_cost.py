@@ -14,7 +14,8 @@ Systems (examples/multi30k/systems.py's at the chosen size): vanilla (fairseq's 
 linearized, bitran (exact: every prefix a view), bitran_k4 (4 sampled prefixes per sentence), parent and
 gcn_decoder (exact, the same prefix policy as bitran), and their block forms bitran_b4, parent_b4, gcn_decoder_b4
 (--reencode-every 4: every position at every update, the prefix re-encoded every 4 columns; generation keeps
-fairseq's self-attention cache between re-encodings). Each runs forward + backward (the syntax criterion's loss)
+fairseq's self-attention cache between re-encodings), and gcn_decoder_arcs (--reencode-at-arcs: re-encoded at every
+arc token; generation runs each row's view whole). Each runs forward + backward (the syntax criterion's loss)
 on the same batches (vanilla: the same sentences), 1 torch thread, after one warm-up; the median over --repeats
 of the seconds per batch is reported as target tokens per second (a transition target holds arcs and marks too),
 as target words per second (pieces + EOS, bench/target_words.py: the same count for every system) and as ratios
@@ -51,11 +52,11 @@ from target_words import forced_lengths, target_token_counts  # noqa: E402  (ben
 from tests.helpers import write_ewt_sample, write_multi30k_sample  # noqa: E402  (the tests' samples)
 
 DECODERS = ("vanilla", "linearized", "bitran", "bitran_k4", "parent", "gcn_decoder", "bitran_b4", "parent_b4",
-            "gcn_decoder_b4")
+            "gcn_decoder_b4", "gcn_decoder_arcs")
 # (against, the least speed ratio): issue 77 wants the block form (--reencode-every 4) at most 3x Linearized's time
 TARGETS = {"bitran_k4": ("linearized", 0.5), "parent": ("bitran", 1 / 1.3), "gcn_decoder": ("bitran", 1 / 1.3),
            "bitran_b4": ("linearized", 1 / 3), "parent_b4": ("linearized", 1 / 3),
-           "gcn_decoder_b4": ("linearized", 1 / 3)}
+           "gcn_decoder_b4": ("linearized", 1 / 3), "gcn_decoder_arcs": ("linearized", 1 / 3)}
 GENERATION_TARGETS = {"bitran_b4": ("linearized", 0.5), "parent_b4": ("linearized", 0.5),
                       "gcn_decoder_b4": ("linearized", 0.5)}
 

@@ -327,6 +327,62 @@ def test_block_starts_predict_exactly_as_bitran(transition_bin):  # noqa: F811
     assert bool(differs[real[:, between]].all())
 
 
+# ---- BiTran re-encoding at every arc token (--reencode-at-arcs) ---------------------------------------------------
+
+@pytest.mark.parametrize("options", [[], ["--decoder-syntax", "parent,gcn"]], ids=["bitran", "parent,gcn"])
+def test_reencoding_at_arcs_generates_what_training_scores(transition_bin, options):  # noqa: F811
+    """--reencode-at-arcs: beam search's steps (each row's view run whole, hypotheses moved between rows at step 6,
+    rows of one step re-encoded up to different columns) give at every column what the training forward gives
+    (one view per block start)."""
+    _, destdir, _ = transition_bin
+    task, model = tiny_model(destdir, "--reencode-at-arcs", *options)
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 14)
+    arcs = model.decoder.arc_tokens[prev]
+    assert bool(arcs.any()) and not bool(arcs.all(dim=0).any())  # the rows re-encode at different columns
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="arcs")
+
+
+def test_reencoding_at_arcs_is_exact_bitran_at_the_arcs_and_the_block_view_between(transition_bin):  # noqa: F811
+    """From the definition, same parameters, PARENT and the GCN decoder on: at BOS and at every column whose input
+    token is an arc the prediction is exact BiTran's (the prefix re-encoded: B = 1); at another column c it comes
+    from the prefix re-encoded up to m, the last such column before c, and causal after it: the view that
+    --reencode-every B computes for c when its block starts at m (B = m when c < 2m; B beyond the target when
+    m = 0)."""
+    _, destdir, _ = transition_bin
+    task, arcs = tiny_model(destdir, "--decoder-syntax", "parent,gcn", "--reencode-at-arcs")
+    _, exact = tiny_model(destdir, "--decoder-syntax", "parent,gcn")
+    exact.load_state_dict(arcs.state_dict())
+    sample = first_batch(task)
+    prev = sample["net_input"]["prev_output_tokens"]
+    real = prev.ne(task.target_dictionary.pad())
+    features, exact_features = features_of(arcs, sample), features_of(exact, sample)
+    is_arc = arcs.decoder.arc_tokens[prev]
+    checked_starts = checked_between = 0
+    block_features = {}  # B -> the --reencode-every B decoder's features of the batch
+    for row in range(prev.size(0)):
+        last_start = 0
+        for column in range(int(real[row].sum())):
+            if column == 0 or bool(is_arc[row, column]):
+                last_start = column
+                torch.testing.assert_close(features[row, column], exact_features[row, column], rtol=1e-4, atol=1e-5)
+                checked_starts += 1
+                continue
+            if last_start == 0:
+                every = 1000
+            elif column < 2 * last_start:
+                every = last_start
+            else:
+                continue  # no B puts last_start and column in one block: the general case is the test above
+            if every not in block_features:
+                _, block = tiny_model(destdir, "--decoder-syntax", "parent,gcn", "--reencode-every", str(every))
+                block.load_state_dict(arcs.state_dict())
+                block_features[every] = features_of(block, sample)
+            torch.testing.assert_close(features[row, column], block_features[every][row, column], rtol=1e-4,
+                                       atol=1e-5)
+            checked_between += 1
+    assert checked_starts > 5 and checked_between > 5
+
+
 @pytest.mark.parametrize("mechanisms", ["none", "parent,gcn"])
 def test_reencoding_beyond_the_longest_target_is_the_causal_decoder(transition_bin, mechanisms):  # noqa: F811
     """B >= the longest target: one view per sentence, re-encoded at BOS only and causal after it: fairseq's
@@ -345,16 +401,17 @@ def test_reencoding_beyond_the_longest_target_is_the_causal_decoder(transition_b
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("every", [1, 3])
-def test_beam_search_scores_are_the_training_forwards(transition_bin, every):  # noqa: F811
+@pytest.mark.parametrize("reencoding", [["--reencode-every", "1"], ["--reencode-every", "3"],
+                                        ["--reencode-at-arcs"]], ids=["B=1", "B=3", "arcs"])
+def test_beam_search_scores_are_the_training_forwards(transition_bin, reencoding):  # noqa: F811
     """The task's generator (transition masks; beam 4, nbest 4, 3 sentences, so finished sentences leave the
     batch and the caches follow every reordering): each hypothesis's per-token scores are the log-probabilities
     the training forward gives its tokens, teacher-forced, the sentence alone."""
     from .test_transition_decoding import build
 
     _, destdir, _ = transition_bin
-    task, model, cfg = build(destdir, "--arch", "transformer_parent_tiny", "--dropout", "0", "--reencode-every",
-                             str(every), "--beam", "4", "--nbest", "4", "--max-len-a", "1.2", "--max-len-b", "10")
+    task, model, cfg = build(destdir, "--arch", "transformer_parent_tiny", "--dropout", "0", *reencoding,
+                             "--beam", "4", "--nbest", "4", "--max-len-a", "1.2", "--max-len-b", "10")
     generator = task.build_generator([model], cfg.generation)
     sample = first_batch(task, size=3)
     with torch.no_grad():
@@ -420,6 +477,8 @@ def test_beam_search_scans_the_prefix_once_per_step(transition_bin, options, mon
 @pytest.mark.parametrize("options,message", [
     (["--reencode-every", "0"], "must be >= 1"),
     (["--reencode-every", "2", "--bitran-prefixes", "3"], "does not combine"),
+    (["--reencode-at-arcs", "--reencode-every", "2"], "--reencode-at-arcs chooses the block starts itself"),
+    (["--reencode-at-arcs", "--bitran-prefixes", "3"], "--reencode-at-arcs chooses the block starts itself"),
 ])
 def test_reencode_every_refuses_what_it_cannot_do(transition_bin, options, message):  # noqa: F811
     _, destdir, _ = transition_bin

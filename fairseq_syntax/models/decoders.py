@@ -369,6 +369,10 @@ class BiTranOptions(FairseqDataclass):
         "help": "bitran: re-encode the prefix bidirectionally every B target columns and decode causally in "
                 "between, in training and generation alike (1: every step, the paper's BiTran; B >= the target "
                 "length: the causal decoder)"})
+    reencode_at_arcs: bool = field(default=False, metadata={
+        "help": "bitran: re-encode the prefix bidirectionally at BOS and at every arc token, where the generated "
+                "graph changes, and decode causally in between, in training and generation alike (no view's graph "
+                "is ever stale; generation runs each row's view whole at every step, without a cache)"})
 
 
 @register_decoder("bitran")
@@ -401,6 +405,9 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     @classmethod
     def check_args(cls, cfg):
         prefixes, every = int(cls.option(cfg, "bitran_prefixes")), int(cls.option(cfg, "reencode_every"))
+        if cls.option(cfg, "reencode_at_arcs") and (prefixes > 0 or every > 1):
+            raise ValueError("--reencode-at-arcs chooses the block starts itself and trains every position: it does "
+                             "not combine with --reencode-every B > 1 or --bitran-prefixes")
         if prefixes < 0:
             raise ValueError(f"--bitran-prefixes must be >= 0 (0: every prefix), got {prefixes}")
         if every < 1:
@@ -414,10 +421,19 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                          output_projection=output_projection)
         self.reencode_every = int(self.option(cfg, "reencode_every"))
         self.sampled_prefixes = int(self.option(cfg, "bitran_prefixes"))
+        # --reencode-at-arcs: (V,) bool, the arc tokens of the target dictionary (block starts besides BOS)
+        arc_tokens = None
+        if self.option(cfg, "reencode_at_arcs"):
+            transitions = self.target_transitions or TargetTransitions(dictionary.symbols, is_word_level(dictionary))
+            arc_tokens = transitions.label_of >= 0
+            if not bool(arc_tokens.any()):
+                raise ValueError("--reencode-at-arcs needs arc tokens (LEFT-ARC:l / RIGHT-ARC:l) in the target "
+                                 "dictionary: a data-bin made with fairseq-syntax-preprocess --target-transitions")
+        self.register_buffer("arc_tokens", arc_tokens, persistent=False)
         shapes = {mechanism.shape for mechanism in self.syntax_choice.mechanisms}
-        if self.reencode_every > 1 and "self_attention" in shapes:
-            raise ValueError("--reencode-every B > 1 keeps fairseq's self-attention cache between re-encodings: a "
-                             "decoder mechanism that replaces self-attention is not supported with it")
+        if self.blockwise and "self_attention" in shapes:
+            raise ValueError("--reencode-every B > 1 and --reencode-at-arcs decode causally between re-encodings: a "
+                             "decoder mechanism that replaces self-attention is not supported with them")
         top = self.syntax_choice.at(cfg.decoder.layers - 1)
         # the top layer computes only the columns a view predicts (it needs the other columns as keys only)
         self.top_layer_predicted_only = top is None or top.shape == "score_modifier"
@@ -425,6 +441,19 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     @property
     def predicts_some_positions(self) -> bool:
         return self.sampled_prefixes > 0
+
+    @property
+    def blockwise(self) -> bool:
+        """Whether a view has causal columns after its re-encoded prefix (B > 1, or re-encoding at arcs)."""
+        return self.reencode_every > 1 or self.arc_tokens is not None
+
+    def arc_block_starts(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T) bool, --reencode-at-arcs: the columns at which each row's prefix is re-encoded: BOS and every
+        column whose input token is an arc (the graph of the prefix changes there and nowhere else), real columns
+        only."""
+        columns = torch.arange(tokens.size(1), device=tokens.device)
+        starts = self.arc_tokens.to(tokens.device)[tokens] | (columns == 0).unsqueeze(0)
+        return starts & (columns.unsqueeze(0) < lengths.unsqueeze(1))
 
     def block_start(self, column: int) -> int:
         """The column m at which the prefix was last re-encoded when column `column` is computed."""
@@ -447,7 +476,14 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         """One step of beam search (rows: whole prefixes, no padding inside them): the prediction at the newest
         column c. At a block start (c = m) the prefix is re-encoded bidirectionally; with B > 1 its keys and values
         fill fairseq's self-attention cache, which the causal steps m+1..m+B-1 extend. B = 1 re-encodes at every
-        step and keeps no cache."""
+        step and keeps no cache. --reencode-at-arcs: each row's view (re-encoded up to its last arc, causal after
+        it) is run whole by training's code, rows of one block start together; nothing is cached but the scan."""
+        if self.arc_tokens is not None:
+            context = (self.prefix_scanner.context(prev_output_tokens, "prefix", incremental_state)
+                       if self.prefix_scanner is not None else None)
+            x, extra = self.run_all_views(prev_output_tokens, encoder_out, syntax, context,
+                                          views=self.last_arc_views(prev_output_tokens))
+            return x[:, -1:], extra
         column = prev_output_tokens.size(1) - 1
         start = self.block_start(column)
         if self.prefix_scanner is not None:
@@ -491,7 +527,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         rank = keys.argsort(dim=1).argsort(dim=1)
         return real & (rank < k)
 
-    def views(self, lengths: Tensor, chosen: Tensor):
+    def views(self, lengths: Tensor, chosen: Tensor, tokens: Tensor):
         """The views to run, as (rows, widths, until), per row: its view's width and the column m up to which it
         is re-encoded (bidirectional), causal after it; a row predicts its columns m..width-1. Every position: one
         view per block start m, rows right-padded to the widest. Sampled prefixes: right-padded groups of
@@ -502,9 +538,31 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                 yield rows, widths, widths - 1
             return
         longest = int(lengths.max()) if lengths.numel() else 0
+        if self.arc_tokens is not None:  # one view per block start column, of the rows that re-encode there
+            starts = self.arc_block_starts(tokens, lengths)
+            for start in range(longest):
+                rows = starts[:, start].nonzero(as_tuple=True)[0]
+                if rows.numel():  # each row's block runs to its next start (or its end)
+                    later = starts.index_select(0, rows)[:, start + 1:]
+                    widths = lengths.index_select(0, rows)
+                    if later.size(1):
+                        widths = torch.where(later.any(dim=1), later.long().argmax(dim=1) + start + 1, widths)
+                    yield rows, widths, torch.full_like(widths, start)
+            return
         for start in range(0, longest, self.reencode_every):
             rows = (lengths > start).nonzero(as_tuple=True)[0]
             widths = lengths.index_select(0, rows).clamp(max=start + self.reencode_every)
+            yield rows, widths, torch.full_like(widths, start)
+
+    def last_arc_views(self, tokens: Tensor):
+        """--reencode-at-arcs in generation: each row's view of its whole prefix, re-encoded up to its last block
+        start (arc_block_starts) and causal after it, rows of one block start together."""
+        lengths = tokens.ne(self.padding_idx).sum(dim=1)
+        columns = torch.arange(tokens.size(1), device=tokens.device)
+        last_start = torch.where(self.arc_block_starts(tokens, lengths), columns, -1).amax(dim=1)
+        for start in torch.unique(last_start).tolist():
+            rows = (last_start == start).nonzero(as_tuple=True)[0]
+            widths = lengths.index_select(0, rows)
             yield rows, widths, torch.full_like(widths, start)
 
     def encoder_attention_states(self, encoder_out) -> Optional[List[Dict[str, Optional[Tensor]]]]:
@@ -536,7 +594,10 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             selected.append(view_state)
         return selected
 
-    def run_all_views(self, prev_output_tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
+    def run_all_views(self, prev_output_tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext],
+                      views=None):
+        """Every view of the rows (training; `views`: the given ones, as `views` yields them), each row's predicted
+        columns gathered into (B, T, C)."""
         batch, width = prev_output_tokens.shape
         lengths = prev_output_tokens.ne(self.padding_idx).sum(dim=1)
         chosen = self.view_rows(lengths, width)
@@ -554,7 +615,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                           FEATURES[name].kind not in ("word_value", "edge_value")}
         embedded = self.embed(prev_output_tokens)  # (T, B, C), once per sentence for all its views
         encoder_states = self.encoder_attention_states(encoder_out)
-        for rows, widths, until in self.views(lengths, chosen):
+        for rows, widths, until in views if views is not None else self.views(lengths, chosen, prev_output_tokens):
             wide, start = int(widths.max()), int(until.min())
             columns = torch.arange(wide, device=prev_output_tokens.device)
             outside = columns.unsqueeze(0) >= widths.unsqueeze(1)  # a shorter view's columns, padded on the right
@@ -569,7 +630,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             if self.input_module is not None:
                 x = self.input_module(x, view_syntax, padding)
             mask = None
-            if self.reencode_every > 1:  # one m for every row: the columns after it attend causally
+            if self.blockwise:  # one m for every row: the columns after it attend causally
                 causal = columns.view(1, -1) > torch.maximum(columns, columns.new_tensor(start)).view(-1, 1)
                 if bool(causal.any()):
                     mask = torch.zeros(wide, wide, device=x.device, dtype=x.dtype).masked_fill(causal, float("-inf"))
