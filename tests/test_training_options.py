@@ -42,11 +42,12 @@ TRANSITION_METHODS = {
     "parent": ["--arch", "transformer_parent_tiny"],
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
     "parent_b3": ["--arch", "transformer_parent_tiny", "--reencode-every", "3"],
+    "gcn_decoder_arcs": ["--arch", "transformer_gcn_decoder_tiny", "--reencode-at-arcs"],
 }
 CRITERION = ["--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 # make test keeps Linearized and the GCN decoder (the re-encoding policy of BiTran and PARENT too) under each option;
 # make test-slow BiTran and PARENT themselves
-SLOW_TARGET_SIDE = {"bitran", "parent", "parent_b3"}
+SLOW_TARGET_SIDE = {"bitran", "parent", "parent_b3", "gcn_decoder_arcs"}
 
 
 def setup(destdir, direction, *extra):

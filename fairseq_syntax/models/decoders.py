@@ -8,6 +8,9 @@
                (--bitran-prefixes k); generation re-encodes the prefix at each step of fairseq's beam search.
                --reencode-every B: the prefix re-encoded every B columns and decoded causally in between, in
                training (one view per block start) and in generation (fairseq's cache between re-encodings).
+               --reencode-at-arcs: re-encoded at BOS and at every arc token (where the graph changes) and
+               causal in between, in training (one group of views per block-start column) and in generation (each
+               beam row's view run whole).
   dyn_stgcd    Li et al.'s dynamic graph convolutional decoder, registered in models/dyn_stgcd.py (no layers of
                this file: its blocks, state and graph are its own).
 Why the first two share a file of ~400 lines: BiTran is the causal decoder run over re-encoded views, subclassing
