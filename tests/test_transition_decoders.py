@@ -331,15 +331,46 @@ def test_block_starts_predict_exactly_as_bitran(transition_bin):  # noqa: F811
 
 @pytest.mark.parametrize("options", [[], ["--decoder-syntax", "parent,gcn"]], ids=["bitran", "parent,gcn"])
 def test_reencoding_at_arcs_generates_what_training_scores(transition_bin, options):  # noqa: F811
-    """--reencode-at-arcs: beam search's steps (each row's view run whole, hypotheses moved between rows at step 6,
-    rows of one step re-encoded up to different columns) give at every column what the training forward gives
-    (one view per block start)."""
+    """--reencode-at-arcs: beam search's steps (at a step, the rows whose newest token is an arc re-encode and replace
+    their rows of the cache, the others extend it causally; hypotheses moved between rows at step 6) give at every
+    column what the training forward gives (one view per block start). Fails when a row re-encodes one step late,
+    keeps its stale keys and values, or keeps the causal step's features."""
     _, destdir, _ = transition_bin
     task, model = tiny_model(destdir, "--reencode-at-arcs", *options)
     prev, encoder_out = four_hypotheses_of_one_source(task, model, 14)
     arcs = model.decoder.arc_tokens[prev]
     assert bool(arcs.any()) and not bool(arcs.all(dim=0).any())  # the rows re-encode at different columns
     assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="arcs")
+
+
+def test_reencoding_at_arcs_keeps_the_gcn_inputs_of_the_prefix_a_row_reencoded(transition_bin):  # noqa: F811
+    """--reencode-at-arcs in decoding, 4 hypotheses re-encoding at different steps: after a step at which some rows
+    re-encode and the others extend the cache, the GCN inputs kept for a re-encoded row are those of its prefix
+    under the prefix's whole graph (the GCN run once over the row alone). Beam scores cannot show this (a column
+    gets edges only at an arc, where its row re-encodes), so the kept state is compared directly."""
+    _, destdir, _ = transition_bin
+    task, model = tiny_model(destdir, "--decoder-syntax", "gcn", "--reencode-at-arcs")
+    decoder = model.decoder
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 14)
+    state, checked = {}, 0
+    with torch.no_grad():
+        for column in range(1, prev.size(1) + 1):
+            tokens = prev[:, :column]
+            decoder(tokens, encoder_out=encoder_out, incremental_state=state)
+            reencoded = decoder.arc_tokens[tokens[:, -1]]
+            if column == 1 or bool(reencoded.all()):
+                continue  # every row re-encoded: the whole cache is theirs
+            kept = decoder.input_module.get_incremental_state(state, "layer_inputs")
+            for row in reencoded.nonzero(as_tuple=True)[0].tolist():
+                own, row_tokens = {}, tokens[row:row + 1]
+                context = decoder.prefix_scanner.context(row_tokens, "prefix")
+                decoder.input_module(decoder.embed(row_tokens), {DECODER_CONTEXT: context}, None,
+                                     incremental_state=own)
+                expected = decoder.input_module.get_incremental_state(own, "layer_inputs")
+                for index, inputs in expected.items():
+                    torch.testing.assert_close(kept[index][:, row], inputs[:, 0], rtol=1e-4, atol=1e-5)
+                checked += 1
+    assert checked >= 3
 
 
 def test_reencoding_at_arcs_is_exact_bitran_at_the_arcs_and_the_block_view_between(transition_bin):  # noqa: F811

@@ -10,7 +10,7 @@
                training (one view per block start) and in generation (fairseq's cache between re-encodings).
                --reencode-at-arcs: re-encoded at BOS and at every arc token (where the graph changes) and
                causal in between, in training (one group of views per block-start column) and in generation (each
-               beam row's view run whole).
+               row re-encoded at its own block starts, the others extending the cache).
   dyn_stgcd    Li et al.'s dynamic graph convolutional decoder, registered in models/dyn_stgcd.py (no layers of
                this file: its blocks, state and graph are its own).
 Why the first two share a file of ~400 lines: BiTran is the causal decoder run over re-encoded views, subclassing
@@ -375,7 +375,7 @@ class BiTranOptions(FairseqDataclass):
     reencode_at_arcs: bool = field(default=False, metadata={
         "help": "bitran: re-encode the prefix bidirectionally at BOS and at every arc token, where the generated "
                 "graph changes, and decode causally in between, in training and generation alike (no view's graph "
-                "is ever stale; generation runs each row's view whole at every step, without a cache)"})
+                "is ever stale; in generation each row re-encodes at its own steps, the others extend the cache)"})
 
 
 @register_decoder("bitran")
@@ -477,39 +477,86 @@ class BiTranDecoder(SyntaxTransformerDecoder):
 
     def generation_step(self, prev_output_tokens: Tensor, encoder_out, syntax, incremental_state):
         """One step of beam search (rows: whole prefixes, no padding inside them): the prediction at the newest
-        column c. At a block start (c = m) the prefix is re-encoded bidirectionally; with B > 1 its keys and values
-        fill fairseq's self-attention cache, which the causal steps m+1..m+B-1 extend. B = 1 re-encodes at every
-        step and keeps no cache. --reencode-at-arcs: each row's view (re-encoded up to its last arc, causal after
-        it) is run whole by training's code, rows of one block start together; nothing is cached but the scan."""
-        if self.arc_tokens is not None:
-            context = (self.prefix_scanner.context(prev_output_tokens, "prefix", incremental_state)
-                       if self.prefix_scanner is not None else None)
-            x, extra = self.run_all_views(prev_output_tokens, encoder_out, syntax, context,
-                                          views=self.last_arc_views(prev_output_tokens))
-            return x[:, -1:], extra
+        column c. A row whose prefix is re-encoded at c (a block start: c = m) runs its whole prefix bidirectionally;
+        with B > 1 or --reencode-at-arcs its keys and values (and the input mechanism's kept inputs) fill fairseq's
+        self-attention cache, which the causal steps until its next block start extend. B = 1 re-encodes every row
+        at every step and keeps no cache. With B the rows re-encode at the same steps; at arcs each row at its own
+        (BOS and every arc token): the rows that do not re-encode take a causal step, the others replace their
+        rows of the cache (rows_reencoded)."""
         column = prev_output_tokens.size(1) - 1
-        start = self.block_start(column)
+        if self.arc_tokens is not None:  # each row's last block start
+            lengths = prev_output_tokens.ne(self.padding_idx).sum(dim=1)
+            columns = torch.arange(prev_output_tokens.size(1), device=prev_output_tokens.device)
+            until = torch.where(self.arc_block_starts(prev_output_tokens, lengths), columns, 0).amax(dim=1)
+        else:
+            until = prev_output_tokens.new_full((prev_output_tokens.size(0),), self.block_start(column))
         if self.prefix_scanner is not None:
-            until = prev_output_tokens.new_full((prev_output_tokens.size(0),), start)
             syntax[DECODER_CONTEXT] = self.prefix_scanner.context(prev_output_tokens, "block", incremental_state,
                                                                   reencoded_until=until)
-        padding = prev_output_tokens.eq(self.padding_idx)
-        if column == start:  # re-encode the prefix (B = 1: at every step, nothing cached)
-            cache = incremental_state if self.reencode_every > 1 else None
+        reencoded = until == column
+        if bool(reencoded.all()):  # every row re-encodes (B = 1: at every step, nothing cached)
+            cache = incremental_state if self.blockwise else None
             if cache is not None:
                 self.forget_self_attention(cache)
-            padding = padding if bool(padding.any()) else None
-            x = self.embed(prev_output_tokens)
-            if self.input_module is not None:  # its kept inputs (B > 1) serve the causal steps until the next block
-                x = self.input_module(x, syntax, padding, incremental_state=cache)
-            # the top layer computes the newest column only (the others' keys and values fill the cache)
-            x, extra = self.run_layers(x, encoder_out, cache, None, padding, syntax,
-                                       query_start=column if self.top_layer_predicted_only else 0)
-            return x[:, -1:], extra
+            return self.reencode_newest(prev_output_tokens, encoder_out, syntax, cache)
         x = self.decoder_input(prev_output_tokens, incremental_state, syntax)
-        newest = padding[:, -1:]
-        return self.run_layers(x, encoder_out, incremental_state, None, newest if bool(newest.any()) else None,
-                               syntax)
+        newest = prev_output_tokens[:, -1:].eq(self.padding_idx)
+        x, extra = self.run_layers(x, encoder_out, incremental_state, None, newest if bool(newest.any()) else None,
+                                   syntax)
+        if bool(reencoded.any()):
+            x, extra["attn"][0] = self.rows_reencoded(reencoded.nonzero(as_tuple=True)[0], prev_output_tokens,
+                                                      encoder_out, syntax, incremental_state, x, extra["attn"][0])
+        return x, extra
+
+    def reencode_newest(self, prev_output_tokens: Tensor, encoder_out, syntax, cache, encoder_attn_states=None):
+        """The newest column's features, (B, 1, C), and extra, of the rows' prefixes re-encoded bidirectionally;
+        with `cache` (an incremental state) their keys and values, and the input mechanism's inputs, kept there."""
+        padding = prev_output_tokens.eq(self.padding_idx)
+        padding = padding if bool(padding.any()) else None
+        x = self.embed(prev_output_tokens)
+        if self.input_module is not None:  # its kept inputs serve the causal steps until the next block start
+            x = self.input_module(x, syntax, padding, incremental_state=cache)
+        # the top layer computes the newest column only (the others' keys and values fill the cache)
+        column = prev_output_tokens.size(1) - 1
+        x, extra = self.run_layers(x, encoder_out, cache, None, padding, syntax,
+                                   query_start=column if self.top_layer_predicted_only else 0,
+                                   encoder_attn_states=encoder_attn_states)
+        if extra["attn"][0] is not None:
+            extra["attn"][0] = extra["attn"][0][:, -1:]
+        return x[:, -1:], extra
+
+    def rows_reencoded(self, rows: Tensor, prev_output_tokens: Tensor, encoder_out, syntax, incremental_state,
+                       x: Tensor, attn: Optional[Tensor]):
+        """--reencode-at-arcs, a step at which only `rows` re-encode (the others took a causal step, and so did
+        these, in vain): their prefixes re-encoded in a cache of their own, which then replaces their rows of every
+        layer's self-attention cache and of the input mechanism's kept inputs; their newest features replace
+        theirs in x (B, 1, C) and in the alignment attention (B, 1, S), if any."""
+        tokens = prev_output_tokens.index_select(0, rows)
+        view_syntax = {name: value.index_select(0, rows) for name, value in syntax.items() if name != DECODER_CONTEXT}
+        if DECODER_CONTEXT in syntax:
+            view_syntax[DECODER_CONTEXT] = syntax[DECODER_CONTEXT].view(
+                rows, tokens, tokens.new_full((rows.size(0),), tokens.size(1) - 1))
+        # the encoder-attention keys and values the causal step projected (or found) serve these rows as they are
+        projected = [layer.encoder_attn._get_input_buffer(incremental_state) if layer.encoder_attn is not None else {}
+                     for layer in self.layers]
+        encoder_states = (self.view_encoder_states(projected, rows)
+                          if all(state.get("prev_key") is not None for state in projected) else None)
+        own: Dict = {}
+        reencoded_x, extra = self.reencode_newest(tokens, select_encoder_out(encoder_out, rows), view_syntax, own,
+                                                  encoder_attn_states=encoder_states)
+        for layer in self.layers:
+            kept, replacement = (layer.self_attn._get_input_buffer(state) for state in (incremental_state, own))
+            for name in ("prev_key", "prev_value"):
+                kept[name] = kept[name].index_copy(0, rows, replacement[name])
+            kept["prev_key_padding_mask"] = replace_mask_rows(kept.get("prev_key_padding_mask"), rows,
+                                                              replacement.get("prev_key_padding_mask"),
+                                                              kept["prev_key"].shape[0], kept["prev_key"].shape[2])
+            layer.self_attn._set_input_buffer(incremental_state, kept)
+        if self.input_module is not None:
+            self.input_module.replace_incremental_rows(incremental_state, rows, own)
+        if attn is not None and extra["attn"][0] is not None:
+            attn = attn.index_copy(0, rows, extra["attn"][0].to(attn))
+        return x.index_copy(0, rows, reencoded_x.to(x)), attn
 
     def forget_self_attention(self, incremental_state):
         """Empty every layer's self-attention cache: the re-encoded prefix's keys and values replace it."""
@@ -557,17 +604,6 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             widths = lengths.index_select(0, rows).clamp(max=start + self.reencode_every)
             yield rows, widths, torch.full_like(widths, start)
 
-    def last_arc_views(self, tokens: Tensor):
-        """--reencode-at-arcs in generation: each row's view of its whole prefix, re-encoded up to its last block
-        start (arc_block_starts) and causal after it, rows of one block start together."""
-        lengths = tokens.ne(self.padding_idx).sum(dim=1)
-        columns = torch.arange(tokens.size(1), device=tokens.device)
-        last_start = torch.where(self.arc_block_starts(tokens, lengths), columns, -1).amax(dim=1)
-        for start in torch.unique(last_start).tolist():
-            rows = (last_start == start).nonzero(as_tuple=True)[0]
-            widths = lengths.index_select(0, rows)
-            yield rows, widths, torch.full_like(widths, start)
-
     def encoder_attention_states(self, encoder_out) -> Optional[List[Dict[str, Optional[Tensor]]]]:
         """Per layer, the encoder-attention keys and values of every sentence, projected once for all its views
         (fairseq's saved-state layout, (B, heads, S, head_dim)); None where a view must project its own (no
@@ -597,10 +633,8 @@ class BiTranDecoder(SyntaxTransformerDecoder):
             selected.append(view_state)
         return selected
 
-    def run_all_views(self, prev_output_tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext],
-                      views=None):
-        """Every view of the rows (training; `views`: the given ones, as `views` yields them), each row's predicted
-        columns gathered into (B, T, C)."""
+    def run_all_views(self, prev_output_tokens: Tensor, encoder_out, syntax, context: Optional[DecoderContext]):
+        """Every view of the rows (training), each row's predicted columns gathered into (B, T, C)."""
         batch, width = prev_output_tokens.shape
         lengths = prev_output_tokens.ne(self.padding_idx).sum(dim=1)
         chosen = self.view_rows(lengths, width)
@@ -618,7 +652,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                           FEATURES[name].kind not in ("word_value", "edge_value")}
         embedded = self.embed(prev_output_tokens)  # (T, B, C), once per sentence for all its views
         encoder_states = self.encoder_attention_states(encoder_out)
-        for rows, widths, until in views if views is not None else self.views(lengths, chosen, prev_output_tokens):
+        for rows, widths, until in self.views(lengths, chosen, prev_output_tokens):
             wide, start = int(widths.max()), int(until.min())
             columns = torch.arange(wide, device=prev_output_tokens.device)
             outside = columns.unsqueeze(0) >= widths.unsqueeze(1)  # a shorter view's columns, padded on the right
@@ -660,6 +694,18 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         if auxiliary_losses:
             extra["auxiliary_losses"] = auxiliary_losses
         return features, extra
+
+
+def replace_mask_rows(mask: Optional[Tensor], rows: Tensor, replacement: Optional[Tensor], batch: int,
+                      length: int) -> Optional[Tensor]:
+    """A cached key padding mask (batch, length) with `rows` replaced, either side possibly None (no padding)."""
+    if mask is None and replacement is None:
+        return None
+    if mask is None:
+        mask = torch.zeros(batch, length, dtype=torch.bool, device=rows.device)
+    if replacement is None:
+        replacement = torch.zeros(rows.size(0), length, dtype=mask.dtype, device=mask.device)
+    return mask.index_copy(0, rows, replacement.to(mask.dtype))
 
 
 # with sampled prefixes a bucket of views may run up to 25% more columns than its views have (view_buckets): measured

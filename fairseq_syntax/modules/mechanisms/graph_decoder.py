@@ -110,3 +110,11 @@ class DecoderGraphConvolution(SyntaxMechanism):
         if kept is not None:
             self.set_incremental_state(incremental_state, "layer_inputs",
                                        {index: inputs.index_select(1, new_order) for index, inputs in kept.items()})
+
+    def replace_incremental_rows(self, incremental_state, rows: Tensor, rows_state) -> None:
+        """The inputs kept for the rows `rows` replaced by those kept in `rows_state`, an incremental state of those
+        rows alone over as many columns (BiTran's --reencode-at-arcs re-encodes some rows of a decoding step)."""
+        kept = self.get_incremental_state(incremental_state, "layer_inputs")
+        replacement = self.get_incremental_state(rows_state, "layer_inputs")
+        self.set_incremental_state(incremental_state, "layer_inputs", {
+            index: inputs.index_copy(1, rows, replacement[index].to(inputs)) for index, inputs in kept.items()})
