@@ -123,6 +123,8 @@ def test_decoder_cost_bench_runs_every_decoder_and_vanilla_on_the_same_sentences
                        "--repeats", "1", "--arch-size", "tiny", "--max-tokens", "400", "--generate-pieces", "6"])
     report = json.loads((tmp_path / "decoder_cost.json").read_text())
     assert set(report["seconds"]) == set(report["generate_sentences_per_second"]) == set(decoder_cost.DECODERS)
+    assert set(report["decode_references_sentences_per_second"]) == set(decoder_cost.DECODERS)
+    assert report["decode_references_vs_linearized"]["linearized"] == 1.0
     assert report["target_tokens"] > report["target_words"] > 0  # transition targets also hold arcs and marks
     assert report["generate_lengths"]["vanilla"] == [6, 6]
     assert all(max_len > 6 and min_len == max_len for name, (max_len, min_len)

@@ -43,11 +43,12 @@ TRANSITION_METHODS = {
     "gcn_decoder": ["--arch", "transformer_gcn_decoder_tiny"],
     "parent_b3": ["--arch", "transformer_parent_tiny", "--reencode-every", "3"],
     "gcn_decoder_arcs": ["--arch", "transformer_gcn_decoder_tiny", "--reencode-at-arcs"],
+    "gcn_decoder_after_arcs": ["--arch", "transformer_gcn_decoder_tiny", "--reencode-after-arcs"],
 }
 CRITERION = ["--criterion", "syntax_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 # make test keeps Linearized and the GCN decoder (the re-encoding policy of BiTran and PARENT too) under each option;
 # make test-slow BiTran and PARENT themselves
-SLOW_TARGET_SIDE = {"bitran", "parent", "parent_b3", "gcn_decoder_arcs"}
+SLOW_TARGET_SIDE = {"bitran", "parent", "parent_b3", "gcn_decoder_arcs", "gcn_decoder_after_arcs"}
 
 
 def setup(destdir, direction, *extra):

@@ -327,37 +327,54 @@ def test_block_starts_predict_exactly_as_bitran(transition_bin):  # noqa: F811
     assert bool(differs[real[:, between]].all())
 
 
-# ---- BiTran re-encoding at every arc token (--reencode-at-arcs) ---------------------------------------------------
+# ---- BiTran re-encoding at every arc token (--reencode-at-arcs) or after each run of them (--reencode-after-arcs) ---
 
+TRIGGERS = ["--reencode-at-arcs", "--reencode-after-arcs"]
+
+
+def block_starts_by_definition(trigger: str, is_arc):
+    """(B, T) bool from the options' help: BOS, and every arc token's column (at arcs) or every column whose token is
+    not an arc and follows one (after arcs)."""
+    starts = is_arc.clone() if trigger == "--reencode-at-arcs" else torch.zeros_like(is_arc)
+    if trigger == "--reencode-after-arcs":
+        for column in range(1, is_arc.size(1)):
+            starts[:, column] = is_arc[:, column - 1] & ~is_arc[:, column]
+    starts[:, 0] = True
+    return starts
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["at", "after"])
 @pytest.mark.parametrize("options", [[], ["--decoder-syntax", "parent,gcn"]], ids=["bitran", "parent,gcn"])
-def test_reencoding_at_arcs_generates_what_training_scores(transition_bin, options):  # noqa: F811
+def test_reencoding_at_arcs_generates_what_training_scores(transition_bin, options, trigger):  # noqa: F811
     """--reencode-at-arcs: beam search's steps (at a step, the rows whose newest token is an arc re-encode and replace
     their rows of the cache, the others extend it causally; hypotheses moved between rows at step 6) give at every
     column what the training forward gives (one view per block start). Fails when a row re-encodes one step late,
     keeps its stale keys and values, or keeps the causal step's features."""
     _, destdir, _ = transition_bin
-    task, model = tiny_model(destdir, "--reencode-at-arcs", *options)
+    task, model = tiny_model(destdir, trigger, *options)
     prev, encoder_out = four_hypotheses_of_one_source(task, model, 14)
-    arcs = model.decoder.arc_tokens[prev]
-    assert bool(arcs.any()) and not bool(arcs.all(dim=0).any())  # the rows re-encode at different columns
-    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name="arcs")
+    starts = block_starts_by_definition(trigger, model.decoder.arc_tokens[prev])[:, 1:]
+    assert bool(starts.any()) and not bool(starts.all(dim=0).any())  # the rows re-encode at different columns
+    assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6, name=trigger)
 
 
-def test_reencoding_at_arcs_keeps_the_gcn_inputs_of_the_prefix_a_row_reencoded(transition_bin):  # noqa: F811
-    """--reencode-at-arcs in decoding, 4 hypotheses re-encoding at different steps: after a step at which some rows
-    re-encode and the others extend the cache, the GCN inputs kept for a re-encoded row are those of its prefix
-    under the prefix's whole graph (the GCN run once over the row alone). Beam scores cannot show this (a column
-    gets edges only at an arc, where its row re-encodes), so the kept state is compared directly."""
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["at", "after"])
+def test_reencoding_at_arcs_keeps_the_gcn_inputs_of_the_prefix_a_row_reencoded(transition_bin, trigger):  # noqa: F811
+    """Re-encoding at (after) arcs in decoding, 4 hypotheses re-encoding at different steps: after a step at which
+    some rows re-encode and the others extend the cache, the GCN inputs kept for a re-encoded row are those of its
+    prefix under the prefix's whole graph (the GCN run once over the row alone). At arcs beam scores cannot show
+    this (a column gets edges only at an arc, where its row re-encodes), so the kept state is compared directly."""
     _, destdir, _ = transition_bin
-    task, model = tiny_model(destdir, "--decoder-syntax", "gcn", "--reencode-at-arcs")
+    task, model = tiny_model(destdir, "--decoder-syntax", "gcn", trigger)
     decoder = model.decoder
     prev, encoder_out = four_hypotheses_of_one_source(task, model, 14)
+    starts = block_starts_by_definition(trigger, decoder.arc_tokens[prev])
     state, checked = {}, 0
     with torch.no_grad():
         for column in range(1, prev.size(1) + 1):
             tokens = prev[:, :column]
             decoder(tokens, encoder_out=encoder_out, incremental_state=state)
-            reencoded = decoder.arc_tokens[tokens[:, -1]]
+            reencoded = starts[:, column - 1]
             if column == 1 or bool(reencoded.all()):
                 continue  # every row re-encoded: the whole cache is theirs
             kept = decoder.input_module.get_incremental_state(state, "layer_inputs")
@@ -373,27 +390,30 @@ def test_reencoding_at_arcs_keeps_the_gcn_inputs_of_the_prefix_a_row_reencoded(t
     assert checked >= 3
 
 
-def test_reencoding_at_arcs_is_exact_bitran_at_the_arcs_and_the_block_view_between(transition_bin):  # noqa: F811
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["at", "after"])
+def test_reencoding_at_arcs_is_exact_bitran_at_the_arcs_and_the_block_view_between(transition_bin,  # noqa: F811
+                                                                                     trigger):
     """From the definition, same parameters, PARENT and the GCN decoder on: at BOS and at every column whose input
-    token is an arc the prediction is exact BiTran's (the prefix re-encoded: B = 1); at another column c it comes
+    token is an arc (after arcs: every column whose token is not an arc and follows one) the prediction is exact
+    BiTran's (the prefix re-encoded: B = 1); at another column c it comes
     from the prefix re-encoded up to m, the last such column before c, and causal after it: the view that
     --reencode-every B computes for c when its block starts at m (B = m when c < 2m; B beyond the target when
     m = 0)."""
     _, destdir, _ = transition_bin
-    task, arcs = tiny_model(destdir, "--decoder-syntax", "parent,gcn", "--reencode-at-arcs")
+    task, arcs = tiny_model(destdir, "--decoder-syntax", "parent,gcn", trigger)
     _, exact = tiny_model(destdir, "--decoder-syntax", "parent,gcn")
     exact.load_state_dict(arcs.state_dict())
     sample = first_batch(task)
     prev = sample["net_input"]["prev_output_tokens"]
     real = prev.ne(task.target_dictionary.pad())
     features, exact_features = features_of(arcs, sample), features_of(exact, sample)
-    is_arc = arcs.decoder.arc_tokens[prev]
+    starts = block_starts_by_definition(trigger, arcs.decoder.arc_tokens[prev])
     checked_starts = checked_between = 0
     block_features = {}  # B -> the --reencode-every B decoder's features of the batch
     for row in range(prev.size(0)):
         last_start = 0
         for column in range(int(real[row].sum())):
-            if column == 0 or bool(is_arc[row, column]):
+            if bool(starts[row, column]):
                 last_start = column
                 torch.testing.assert_close(features[row, column], exact_features[row, column], rtol=1e-4, atol=1e-5)
                 checked_starts += 1
@@ -433,7 +453,8 @@ def test_reencoding_beyond_the_longest_target_is_the_causal_decoder(transition_b
 
 
 @pytest.mark.parametrize("reencoding", [["--reencode-every", "1"], ["--reencode-every", "3"],
-                                        ["--reencode-at-arcs"]], ids=["B=1", "B=3", "arcs"])
+                                        ["--reencode-at-arcs"], ["--reencode-after-arcs"]],
+                         ids=["B=1", "B=3", "arcs", "after-arcs"])
 def test_beam_search_scores_are_the_training_forwards(transition_bin, reencoding):  # noqa: F811
     """The task's generator (transition masks; beam 4, nbest 4, 3 sentences, so finished sentences leave the
     batch and the caches follow every reordering): each hypothesis's per-token scores are the log-probabilities
@@ -510,6 +531,8 @@ def test_beam_search_scans_the_prefix_once_per_step(transition_bin, options, mon
     (["--reencode-every", "2", "--bitran-prefixes", "3"], "does not combine"),
     (["--reencode-at-arcs", "--reencode-every", "2"], "--reencode-at-arcs chooses the block starts itself"),
     (["--reencode-at-arcs", "--bitran-prefixes", "3"], "--reencode-at-arcs chooses the block starts itself"),
+    (["--reencode-after-arcs", "--reencode-every", "3"], "--reencode-after-arcs chooses the block starts itself"),
+    (["--reencode-after-arcs", "--reencode-at-arcs"], "each choose the block starts: choose one"),
 ])
 def test_reencode_every_refuses_what_it_cannot_do(transition_bin, options, message):  # noqa: F811
     _, destdir, _ = transition_bin
@@ -602,6 +625,35 @@ def test_causal_decoder_with_parent_and_gcn_decodes_incrementally_as_in_training
                            "--dropout", "0")
     prev, encoder_out = four_hypotheses_of_one_source(task, model, 12)
     assert_incremental_decoding_equals_full(model.decoder, prev, encoder_out, reorder_at=6)
+
+
+@pytest.mark.parametrize("options", [
+    ["--arch", "transformer_linearized_tiny", "--decoder-syntax", "parent,gcn"],
+    ["--arch", "transformer_bitran_tiny", "--decoder-syntax", "parent,gcn", "--reencode-every", "3"],
+    ["--arch", "transformer_bitran_tiny", "--decoder-syntax", "parent,gcn", "--reencode-at-arcs"],
+], ids=["causal", "B=3", "arcs"])
+def test_incremental_decoding_of_right_padded_rows_gives_their_real_columns(transition_bin, options):  # noqa: F811
+    """Rows of different lengths, right-padded, decoded step by step with the incremental state (as
+    bench/decoder_cost.py's reference decoding does; beam search's rows never pad): at every real column, the full
+    forward's features. PARENT read the padding of its queries at the keys' full width, which failed at a step
+    whose newest column is padding (its mask then covers that column alone)."""
+    from .test_transition_decoding import build
+
+    _, destdir, _ = transition_bin
+    task, model, _ = build(destdir, *options, "--dropout", "0")
+    sample = first_batch(task)
+    net_input = sample["net_input"]
+    prev = net_input["prev_output_tokens"]
+    real = prev.ne(task.target_dictionary.pad())
+    assert not bool(real.all()) and bool(real[:, 0].all())  # right-padded
+    with torch.no_grad():
+        encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
+        full = model.decoder(prev, encoder_out=encoder_out, features_only=True)[0]
+        state, steps = {}, []
+        for column in range(1, prev.size(1) + 1):
+            steps.append(model.decoder(prev[:, :column], encoder_out=encoder_out, incremental_state=state,
+                                       features_only=True)[0])
+    torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], rtol=1e-4, atol=1e-5)
 
 
 # ---- through fairseq-train and fairseq-generate, with trees ----------------------------------------------------

@@ -62,6 +62,9 @@ MULTI30K_SYSTEMS = {
     # view's graph is stale (at B = 4 the GCN decoder learns less from its graph, docs/results.md); out of the
     # profiles' plans
     "gcn_decoder_arcs": ["--arch", "transformer_gcn_decoder_multi30k", "--reencode-at-arcs"],
+    # re-encoded once per run of arc tokens (at the first token after it): the words' views hold their whole graph,
+    # at fewer decoder columns than B = 4 (docs/results.md); out of the profiles' plans
+    "gcn_decoder_after_arcs": ["--arch", "transformer_gcn_decoder_multi30k", "--reencode-after-arcs"],
     # Li et al.'s Dyn-STGCD: the translation and its graph generated together, on the target parse (no transitions),
     # and the ablations of the paper's Figure 5 (spatial / temporal convolution, dynamic W, dynamic A) and Table 4
     # (random walks: none, or on the target graph only)
@@ -101,7 +104,8 @@ EQUAL_POSITIONS = ("bitran_k4_positions", "parent_k4_positions", "gcn_decoder_k4
 TRANSITION_SYSTEMS = ("linearized", "bitran", "bitran_k4", "parent", "parent_k4", "gcn_decoder", "gcn_decoder_k4",
                       "gcn_decoder_unlabeled", "gcn_decoder_ungated", "gcn_decoder_unlabeled_k4",
                       "gcn_decoder_ungated_k4", *EQUAL_POSITIONS, "bitran_b4", "parent_b4", "gcn_decoder_b4",
-                      "gcn_decoder_unlabeled_b4", "gcn_decoder_ungated_b4", "gcn_decoder_arcs")
+                      "gcn_decoder_unlabeled_b4", "gcn_decoder_ungated_b4", "gcn_decoder_arcs",
+                      "gcn_decoder_after_arcs")
 DYN_STGCD_SYSTEMS = tuple(name for name in MULTI30K_SYSTEMS if name.startswith("dyn_stgcd"))
 # The recurrent rows of the RGSE paper's Table 2 (fairseq_syntax/models/presets/lstm.py) in the paper's GRU form
 # (Bahdanau et al.'s encoder-decoder; `--rnn-cell lstm` gives fairseq's LSTM form). Not in MULTI30K_SYSTEMS yet:

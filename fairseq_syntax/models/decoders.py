@@ -10,7 +10,8 @@
                training (one view per block start) and in generation (fairseq's cache between re-encodings).
                --reencode-at-arcs: re-encoded at BOS and at every arc token (where the graph changes) and
                causal in between, in training (one group of views per block-start column) and in generation (each
-               row re-encoded at its own block starts, the others extending the cache).
+               row re-encoded at its own block starts, the others extending the cache). --reencode-after-arcs:
+               the same, the blocks starting at the first token after each run of arc tokens instead.
   dyn_stgcd    Li et al.'s dynamic graph convolutional decoder, registered in models/dyn_stgcd.py (no layers of
                this file: its blocks, state and graph are its own).
 Why the first two share a file of ~400 lines: BiTran is the causal decoder run over re-encoded views, subclassing
@@ -376,6 +377,10 @@ class BiTranOptions(FairseqDataclass):
         "help": "bitran: re-encode the prefix bidirectionally at BOS and at every arc token, where the generated "
                 "graph changes, and decode causally in between, in training and generation alike (no view's graph "
                 "is ever stale; in generation each row re-encodes at its own steps, the others extend the cache)"})
+    reencode_after_arcs: bool = field(default=False, metadata={
+        "help": "bitran: re-encode the prefix bidirectionally at BOS and at the first token after each run of arc "
+                "tokens (the graph is whole again there: a word's view never holds a stale graph, an arc's may), "
+                "causal in between, in training and generation alike (fewer re-encodings than --reencode-at-arcs)"})
 
 
 @register_decoder("bitran")
@@ -408,9 +413,13 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     @classmethod
     def check_args(cls, cfg):
         prefixes, every = int(cls.option(cfg, "bitran_prefixes")), int(cls.option(cfg, "reencode_every"))
-        if cls.option(cfg, "reencode_at_arcs") and (prefixes > 0 or every > 1):
-            raise ValueError("--reencode-at-arcs chooses the block starts itself and trains every position: it does "
-                             "not combine with --reencode-every B > 1 or --bitran-prefixes")
+        at_arcs, after_arcs = bool(cls.option(cfg, "reencode_at_arcs")), bool(cls.option(cfg, "reencode_after_arcs"))
+        if at_arcs and after_arcs:
+            raise ValueError("--reencode-at-arcs and --reencode-after-arcs each choose the block starts: choose one")
+        if (at_arcs or after_arcs) and (prefixes > 0 or every > 1):
+            option = "--reencode-at-arcs" if at_arcs else "--reencode-after-arcs"
+            raise ValueError(f"{option} chooses the block starts itself and trains every position: it does "
+                             f"not combine with --reencode-every B > 1 or --bitran-prefixes")
         if prefixes < 0:
             raise ValueError(f"--bitran-prefixes must be >= 0 (0: every prefix), got {prefixes}")
         if every < 1:
@@ -424,19 +433,23 @@ class BiTranDecoder(SyntaxTransformerDecoder):
                          output_projection=output_projection)
         self.reencode_every = int(self.option(cfg, "reencode_every"))
         self.sampled_prefixes = int(self.option(cfg, "bitran_prefixes"))
-        # --reencode-at-arcs: (V,) bool, the arc tokens of the target dictionary (block starts besides BOS)
+        # --reencode-at-arcs / --reencode-after-arcs: (V,) bool, the arc tokens of the target dictionary, whose
+        # columns (or the first columns after whose runs) are the block starts besides BOS
         arc_tokens = None
-        if self.option(cfg, "reencode_at_arcs"):
+        self.starts_after_arcs = bool(self.option(cfg, "reencode_after_arcs"))
+        if self.option(cfg, "reencode_at_arcs") or self.starts_after_arcs:
             transitions = self.target_transitions or TargetTransitions(dictionary.symbols, is_word_level(dictionary))
             arc_tokens = transitions.label_of >= 0
             if not bool(arc_tokens.any()):
-                raise ValueError("--reencode-at-arcs needs arc tokens (LEFT-ARC:l / RIGHT-ARC:l) in the target "
-                                 "dictionary: a data-bin made with fairseq-syntax-preprocess --target-transitions")
+                raise ValueError("--reencode-at-arcs and --reencode-after-arcs need arc tokens (LEFT-ARC:l / "
+                                 "RIGHT-ARC:l) in the target dictionary: a data-bin made with "
+                                 "fairseq-syntax-preprocess --target-transitions")
         self.register_buffer("arc_tokens", arc_tokens, persistent=False)
         shapes = {mechanism.shape for mechanism in self.syntax_choice.mechanisms}
         if self.blockwise and "self_attention" in shapes:
-            raise ValueError("--reencode-every B > 1 and --reencode-at-arcs decode causally between re-encodings: a "
-                             "decoder mechanism that replaces self-attention is not supported with them")
+            raise ValueError("--reencode-every B > 1, --reencode-at-arcs and --reencode-after-arcs decode causally "
+                             "between re-encodings: a decoder mechanism that replaces self-attention is not supported "
+                             "with them")
         top = self.syntax_choice.at(cfg.decoder.layers - 1)
         # the top layer computes only the columns a view predicts (it needs the other columns as keys only)
         self.top_layer_predicted_only = top is None or top.shape == "score_modifier"
@@ -451,11 +464,17 @@ class BiTranDecoder(SyntaxTransformerDecoder):
         return self.reencode_every > 1 or self.arc_tokens is not None
 
     def arc_block_starts(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        """(B, T) bool, --reencode-at-arcs: the columns at which each row's prefix is re-encoded: BOS and every
-        column whose input token is an arc (the graph of the prefix changes there and nowhere else), real columns
-        only."""
+        """(B, T) bool, the columns at which each row's prefix is re-encoded, real columns only: BOS and
+        --reencode-at-arcs: every column whose input token is an arc (the graph of the prefix changes there and
+        nowhere else); --reencode-after-arcs: every column whose input token is not an arc and follows one (the
+        first after a run of arcs, whose whole graph is then in the view)."""
         columns = torch.arange(tokens.size(1), device=tokens.device)
-        starts = self.arc_tokens.to(tokens.device)[tokens] | (columns == 0).unsqueeze(0)
+        arcs = self.arc_tokens.to(tokens.device)[tokens]
+        if self.starts_after_arcs:
+            follows_arc = torch.zeros_like(arcs)
+            follows_arc[:, 1:] = arcs[:, :-1]
+            arcs = follows_arc & ~arcs
+        starts = arcs | (columns == 0).unsqueeze(0)
         return starts & (columns.unsqueeze(0) < lengths.unsqueeze(1))
 
     def block_start(self, column: int) -> int:
@@ -478,11 +497,11 @@ class BiTranDecoder(SyntaxTransformerDecoder):
     def generation_step(self, prev_output_tokens: Tensor, encoder_out, syntax, incremental_state):
         """One step of beam search (rows: whole prefixes, no padding inside them): the prediction at the newest
         column c. A row whose prefix is re-encoded at c (a block start: c = m) runs its whole prefix bidirectionally;
-        with B > 1 or --reencode-at-arcs its keys and values (and the input mechanism's kept inputs) fill fairseq's
-        self-attention cache, which the causal steps until its next block start extend. B = 1 re-encodes every row
-        at every step and keeps no cache. With B the rows re-encode at the same steps; at arcs each row at its own
-        (BOS and every arc token): the rows that do not re-encode take a causal step, the others replace their
-        rows of the cache (rows_reencoded)."""
+        with B > 1 or re-encoding at (after) arcs its keys and values (and the input mechanism's kept inputs) fill
+        fairseq's self-attention cache, which the causal steps until its next block start extend. B = 1 re-encodes
+        every row at every step and keeps no cache. With B the rows re-encode at the same steps; at (after) arcs
+        each row at its own (arc_block_starts): the rows that do not re-encode take a causal step, the others
+        replace their rows of the cache (rows_reencoded)."""
         column = prev_output_tokens.size(1) - 1
         if self.arc_tokens is not None:  # each row's last block start
             lengths = prev_output_tokens.ne(self.padding_idx).sum(dim=1)
@@ -527,7 +546,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
 
     def rows_reencoded(self, rows: Tensor, prev_output_tokens: Tensor, encoder_out, syntax, incremental_state,
                        x: Tensor, attn: Optional[Tensor]):
-        """--reencode-at-arcs, a step at which only `rows` re-encode (the others took a causal step, and so did
+        """Re-encoding at (after) arcs, a step at which only `rows` re-encode (the others took a causal step, and so did
         these, in vain): their prefixes re-encoded in a cache of their own, which then replaces their rows of every
         layer's self-attention cache and of the input mechanism's kept inputs; their newest features replace
         theirs in x (B, 1, C) and in the alignment attention (B, 1, S), if any."""

@@ -56,7 +56,8 @@ class ParentAttention(SyntaxMechanism):
         query_columns = torch.arange(width - x.size(0), width, device=x.device)
         allowed = parent_mask(context.visible(query_columns), query_columns)
         if key_padding_mask is not None:  # a padding query (masked as a key) would have no key left: leave it free
-            allowed = allowed | key_padding_mask[:, query_columns].to(torch.bool).unsqueeze(-1)
+            # (the mask's last columns are the queries': in incremental decoding it holds the newest columns only)
+            allowed = allowed | key_padding_mask[:, -x.size(0):].to(torch.bool).unsqueeze(-1)
         blocked = torch.zeros(allowed.shape, dtype=torch.float32, device=x.device).masked_fill_(~allowed,
                                                                                                 float("-inf"))
         return ScoreModification(blocked.unsqueeze(1), num_heads=1, mode="add", first_head=self.head)
