@@ -460,7 +460,7 @@ class BiTranDecoder(SyntaxTransformerDecoder):
 
     @property
     def blockwise(self) -> bool:
-        """Whether a view has causal columns after its re-encoded prefix (B > 1, or re-encoding at arcs)."""
+        """Whether a view has causal columns after its re-encoded prefix (B > 1, or re-encoding at or after arcs)."""
         return self.reencode_every > 1 or self.arc_tokens is not None
 
     def arc_block_starts(self, tokens: Tensor, lengths: Tensor) -> Tensor:
