@@ -333,12 +333,15 @@ def test_linearized_commands_parse_the_target_with_its_languages_parser(tmp_path
                                                          made["dyn_stgcd"])]
     assert option_value(args, "--target-parser") == resolved("de_gsd_pud") and "--target-transitions" not in args
     assert compare.generates_trees("dyn_stgcd") and not compare.generates_trees("dyn_stgcd_no_spatial")
+    assert compare.generates_trees("dyn_stgcd_nodes128")
+    assert not compare.generates_trees("dyn_stgcd_nodes128_no_spatial")
     # ...and its trees are read again with the references forced (Li et al.'s B.3), once per run: generate with
     # --score-reference into the run's own files, then the parser's parse of them; a transition system's trees on
     # forced references would be the reference's own parse, so Linearized has none
     assert compare.reads_trees_on_references("dyn_stgcd") and compare.reads_trees_on_references("dyn_stgcd_biaffine")
     assert not compare.reads_trees_on_references("linearized")
     assert not compare.reads_trees_on_references("dyn_stgcd_no_spatial")
+    assert not compare.reads_trees_on_references("dyn_stgcd_nodes128_no_spatial")
     commands = []
 
     def fake_run(command, log_path, threads):

@@ -66,8 +66,11 @@ def shortest(task, count):
 # which our defaults deviate (docs/methods.md)
 PAPER = ["--dyn-stgcd-no-residual", "--dyn-stgcd-new-node-edges", "next_step", "--dyn-stgcd-graph-attention", "gat",
          "--dyn-stgcd-graph-loss", "smooth_l1"]
+# nodes twice as wide as the tiny preset's 16-wide graph (--dyn-stgcd-node-dim)
+WIDE_NODES = ["--dyn-stgcd-node-dim", "32"]
 CONFIGURATIONS = {"default": [], "paper": PAPER,
-                  **{scores: ["--dyn-stgcd-graph-attention", scores] for scores in GRAPH_ATTENTION_SCORES}}
+                  **{scores: ["--dyn-stgcd-graph-attention", scores] for scores in GRAPH_ATTENTION_SCORES},
+                  "wide_nodes": WIDE_NODES, "wide_nodes_paper": PAPER + WIDE_NODES}
 
 
 @pytest.mark.parametrize("configuration", CONFIGURATIONS)
@@ -279,6 +282,32 @@ def test_teacher_forced_adjacency_changes_training_only(parsed_bin):
     assert not torch.allclose(outputs["forced"][0], outputs["free"][0])
 
 
+def test_wider_nodes_widen_what_the_nodes_go_through_and_leave_the_graph_at_its_width(parsed_bin):
+    """--dyn-stgcd-node-dim 32 over the tiny preset's 16-wide graph: the nodes every block outputs and keeps are 32
+    wide, the evolving weights stay 16 x 16 (their cost is G^3), the graph attention reads the nodes whole and the
+    convolution their projection to 16; a node width under the graph's is refused."""
+    _, destdir = parsed_bin
+    task, model = build(destdir, *WIDE_NODES)
+    decoder = model.decoder
+    assert (decoder.dim, decoder.graph_dim) == (32, 16)
+    prev, encoder_out = four_hypotheses_of_one_source(task, model, 6)
+    with torch.no_grad():
+        context = decoder.source_context(encoder_out)
+        states = decoder.initial_states(prev)
+        for t in range(prev.size(1)):
+            out, _, _, states = decoder.step(prev[:, :t + 1], states, context)
+    assert out.shape == (prev.size(0), 32)
+    for block, state in zip(decoder.blocks, states):
+        assert state.outputs.shape == (prev.size(0), prev.size(1), 32)
+        assert state.weight.shape == (prev.size(0), 16, 16)
+        assert block.gcn.attention.project.in_features == 32
+        assert (block.gcn.to_graph is None) == block.first  # the first block convolves no inputs (Y^0 = 0)
+        if not block.first:
+            assert (block.gcn.to_graph.in_features, block.gcn.to_graph.out_features) == (32, 16)
+    with pytest.raises(ValueError, match="--dyn-stgcd-node-dim 8 is narrower"):
+        build(destdir, "--dyn-stgcd-node-dim", "8")
+
+
 def test_source_parse_is_required_unless_the_source_walks_are_off(parsed_bin):
     """R^e reads the source parse: the model asks the data-bin for it; --dyn-stgcd-no-source-walks (the paper's
     'w/o source of P') needs none, and a missing one in the encoder output raises with the features' names."""
@@ -427,7 +456,9 @@ def test_each_ablation_does_what_it_says_and_decodes_incrementally(parsed_bin, a
 OPTION_SETS = {"": [], **{ablation: ["--dyn-stgcd-ablations", ablation] for ablation in ABLATIONS}, "paper": PAPER,
                "biaffine": ["--dyn-stgcd-graph-attention", "biaffine"],
                "smooth_l1": ["--dyn-stgcd-graph-loss", "smooth_l1"],
-               "heads_from_adjacency": ["--dyn-stgcd-heads-from", "adjacency"]}
+               "heads_from_adjacency": ["--dyn-stgcd-heads-from", "adjacency"],
+               "wide_nodes": WIDE_NODES, "wide_nodes_paper": PAPER + WIDE_NODES,
+               "wide_nodes_no_spatial": WIDE_NODES + ["--dyn-stgcd-ablations", "no_spatial"]}
 
 
 @pytest.mark.parametrize("option_set", OPTION_SETS)

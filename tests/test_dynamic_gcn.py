@@ -285,10 +285,11 @@ def test_normalized_propagation_equals_the_per_node_sum(device, with_sog):
 
 # ---- 4. DynamicGCN over several steps (eq. 5-7) ------------------------------------------------------------------
 
+@pytest.mark.parametrize("node_dim", [None, 6], ids=["one-width", "wider-nodes"])
 @pytest.mark.parametrize("edges", ["next_step", "own_step"])
 @pytest.mark.parametrize("first_layer", [False, True], ids=["inputs", "first-layer"])
 @pytest.mark.parametrize("teacher_forced", [False, True], ids=["free", "teacher-forced"])
-def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced, first_layer, edges):
+def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced, first_layer, edges, node_dim):
     """Steps t = 0..5 of one layer, B = 2 (row 1's nodes 4 and 5 padded, with garbage), against eq. 7 per entry:
     A_t[i][j] = sigmoid(alpha (A_{t-1}[i][j] + Ã[i][j]) + beta) over a matrix of the maximum number of nodes
     that starts at A_{-1} = I, so that a node that does not exist yet goes through the update at every step with
@@ -299,12 +300,16 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced,
     identity for the new node). Also W_t (the A.1 loop, from W_{-1} = the trainable initial matrix), the convolved
     nodes ReLU(D^-1/2 Â D^-1/2 [Y; sog] W_t) (eq. 2, 5), 0 on padded nodes, and the raw scores given back (their
     row softmax over the real nodes is the loop's Ã). First layer: its input Y^0 is 0, passed as None (the step
-    computes nothing of it), and the loops run on zeros."""
+    computes nothing of it), and the loops run on zeros. Wider nodes (node_dim 6 over a 4-wide graph,
+    --dyn-stgcd-node-dim): the inputs, edge inputs and outputs are 6 wide, the graph attention reads them whole,
+    and W_t and the convolution read the inputs projected to the graph's width (x P^T, P the layer's to_graph)."""
     generator = torch.Generator().manual_seed(14 + teacher_forced)
     torch.manual_seed(14)
     g, steps, batch = 4, 6, 2
+    width = node_dim or g  # of the nodes
     own_step = edges == "own_step"
-    module = DynamicGCN(g, attention_dim=3, new_node_edges=edges)
+    module = DynamicGCN(g, attention_dim=3, new_node_edges=edges, node_dim=node_dim)
+    assert (module.to_graph is None) == (node_dim is None)
     with torch.no_grad():
         module.refine.weight.fill_(0.7)
         module.refine.bias.fill_(-0.4)
@@ -319,17 +324,20 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced,
     alpha, beta = module.refine.weight.item(), module.refine.bias.item()
 
     layer = on(device, module)
-    state = layer.initial_state(torch.zeros(batch, 0, g, device=device))
+    state = layer.initial_state(torch.zeros(batch, 0, width, device=device))
     running = [[[1.0 if i == j else 0.0 for j in range(steps)] for i in range(steps)] for _ in range(batch)]
     weight = module.weight.initial.detach().double().expand(batch, g, g)
     previous_outputs = None
     for t in range(steps):
         n = t + 1
         step_mask = mask[:, :n]
-        inputs = random_nodes(generator, step_mask, g)  # Y^{l-1}_t: every node re-encoded at every step
+        inputs = random_nodes(generator, step_mask, width)  # Y^{l-1}_t: every node re-encoded at every step
         inputs = torch.zeros_like(inputs) if first_layer else inputs
-        edge_inputs = random_nodes(generator, step_mask, g)  # what own_step reads (the first block: embeddings)
-        outputs = random_nodes(generator, step_mask, g)  # Y^l_t, what eq. 8's MLP would give
+        edge_inputs = random_nodes(generator, step_mask, width)  # what own_step reads (the first block: embeddings)
+        outputs = random_nodes(generator, step_mask, width)  # Y^l_t, what eq. 8's MLP would give
+        # what the graph convolves: the inputs, or their projection to the graph's width
+        graph_inputs = (inputs if module.to_graph is None
+                        else torch.zeros(batch, n, g) if first_layer else inputs @ module.to_graph.weight.detach().t())
         gold_previous = gold[:, :t, :t] if teacher_forced else None
 
         # eq. 7 per entry, on the whole (steps x steps) matrix; Ã over the nodes 0..m-1
@@ -350,8 +358,8 @@ def test_dynamic_gcn_steps_follow_the_recurrence_of_eq_7(device, teacher_forced,
             for i in real_nodes(step_mask, b):
                 for j in real_nodes(step_mask, b):
                     expected_adjacency[b, i, j] = running[b][i][j]
-        weight = naive_evolving_weight(module.weight, inputs, step_mask, weight)
-        propagated = naive_propagation(expected_adjacency, step_mask, inputs, sog)
+        weight = naive_evolving_weight(module.weight, graph_inputs, step_mask, weight)
+        propagated = naive_propagation(expected_adjacency, step_mask, graph_inputs, sog)
         expected_convolved = torch.zeros(batch, n, g, dtype=torch.float64)
         for b in range(batch):
             for i in range(n):

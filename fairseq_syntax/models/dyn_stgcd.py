@@ -90,6 +90,11 @@ class DynStgcdOptions(FairseqDataclass):
     dyn_stgcd_graph_dim: Optional[int] = field(default=None, metadata={"help": (
             'width of the graph nodes and evolving weights (default: --decoder-embed-dim; the weight GRU costs '
             '6 G^3 per sentence, step and block)')})
+    dyn_stgcd_node_dim: Optional[int] = field(default=None, metadata={"help": (
+            'width of the node vectors (the blocks\' MLP, source attention and temporal convolution; default: '
+            '--dyn-stgcd-graph-dim, the paper\'s single width). Wider than the graph: the graph convolution runs on '
+            'a projection of the nodes to the graph width and the graph attention reads the nodes whole, so the '
+            'nodes widen without the evolving weights\' G^3 (not in the paper: a cheaper form, docs/methods.md)')})
     dyn_stgcd_kernel_size: int = field(default=3, metadata={"help": (
             'kernel size of the dilated causal convolution')})
     dyn_stgcd_walk_steps: int = field(default=1, metadata={"help": (
@@ -148,8 +153,12 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
         super().__init__(dictionary)
         self.cfg = cfg
         embed_dim = embed_tokens.embedding_dim
-        dim = int(self.option(cfg, "dyn_stgcd_graph_dim") or embed_dim)
-        self.dim = dim
+        graph_dim = int(self.option(cfg, "dyn_stgcd_graph_dim") or embed_dim)
+        dim = int(self.option(cfg, "dyn_stgcd_node_dim") or graph_dim)  # the nodes' width
+        if dim < graph_dim:
+            raise ValueError(f"--dyn-stgcd-node-dim {dim} is narrower than the graph (--dyn-stgcd-graph-dim "
+                             f"{graph_dim}): the nodes are projected down to the graph's width, never up")
+        self.dim, self.graph_dim = dim, graph_dim
         self.padding_idx = embed_tokens.padding_idx
         self.max_target_positions = cfg.max_target_positions
         self.embed_tokens = embed_tokens
@@ -166,13 +175,14 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
             raise ValueError(f"--dyn-stgcd-ablations: {unknown} not among {list(ABLATIONS)}")
         self.predicts_graph = "no_spatial" not in ablations
         # <sog> enters the graph convolutions only (none without the spatial layer)
-        self.sog = nn.Linear(encoder_dim, dim) if self.predicts_graph else None
+        self.sog = nn.Linear(encoder_dim, graph_dim) if self.predicts_graph else None
         walk_steps = int(self.option(cfg, "dyn_stgcd_walk_steps"))
         groups = parse_hidden_graphs(self.option(cfg, "dyn_stgcd_hidden_graphs"))
         self.source_walks = (None if self.option(cfg, "dyn_stgcd_no_source_walks")
                              else WalkFeatures(encoder_dim, groups, walk_steps))
-        target_walks = None if self.option(cfg, "dyn_stgcd_no_target_walks") else WalkFeatures(dim, groups,
-                                                                                                   walk_steps)
+        # the target walks read the last block's convolved nodes: graph-wide, or the nodes themselves (no graph)
+        target_walks = (None if self.option(cfg, "dyn_stgcd_no_target_walks") else
+                        WalkFeatures(graph_dim if self.predicts_graph else dim, groups, walk_steps))
         walk_dims = sum(w.dim for w in (self.source_walks, target_walks) if w is not None)
         layers = cfg.decoder.layers
         kernel_size = int(self.option(cfg, "dyn_stgcd_kernel_size"))
@@ -184,7 +194,7 @@ class DynStgcdDecoder(FairseqIncrementalDecoder, SyntaxDecoder):
         self.blocks = nn.ModuleList(
             Block(i, layers, dim, encoder_dim, cfg.decoder.attention_heads, kernel_size, cfg.dropout,
                   cfg.attention_dropout, encoder_attention, walk_dims, target_walks if i == layers - 1 else None,
-                  ablations, self.graph_attention, new_node_edges, self.residual)
+                  ablations, self.graph_attention, new_node_edges, self.residual, graph_dim=graph_dim)
             for i in range(layers))
         self.graph_loss = self.option(cfg, "dyn_stgcd_graph_loss")
         if self.graph_loss not in GRAPH_LOSSES:

@@ -289,8 +289,8 @@ def normalized_propagation(adjacency: Tensor, node_mask: Optional[Tensor], nodes
 @dataclass
 class DynamicGCNState:
     """What one layer keeps from step t-1 (per row of the batch): its evolving weight W_{t-1} (B, g, g), the
-    adjacency A_{t-1} over the nodes 0..t-1 (B, t, t, float32), its outputs Y^l_{t-1} (B, t, g), and the value a
-    new node's entries come in at (B, 2: off the diagonal, on it)."""
+    adjacency A_{t-1} over the nodes 0..t-1 (B, t, t, float32), its outputs Y^l_{t-1} (B, t, the nodes' width), and
+    the value a new node's entries come in at (B, 2: off the diagonal, on it)."""
     weight: Tensor
     adjacency: Tensor
     outputs: Tensor
@@ -329,17 +329,23 @@ class DynamicGCN(nn.Module):
 
     def __init__(self, dim: int, attention_dim: Optional[int] = None, dynamic_weight: bool = True,
                  dynamic_adjacency: bool = True, attention_scores: str = "gat", takes_inputs: bool = True,
-                 new_node_edges: str = "next_step"):
+                 new_node_edges: str = "next_step", node_dim: Optional[int] = None):
         super().__init__()
         if new_node_edges not in NEW_NODE_EDGES:
             raise ValueError(f"new node edges {new_node_edges!r}: not among {list(NEW_NODE_EDGES)}")
         self.dim = dim
+        # node_dim: the width of the nodes the layer reads (inputs, edge inputs, outputs), `dim` (the paper's one
+        # width) unless the decoder's nodes are wider than its graph (--dyn-stgcd-node-dim): then the graph
+        # attention reads them whole and the convolution a projection of the inputs to `dim`
+        self.node_dim = node_dim or dim
+        self.to_graph = (nn.Linear(self.node_dim, dim, bias=False) if self.node_dim != dim and takes_inputs
+                         else None)
         self.own_step = new_node_edges == "own_step"
         # the paper's Figure 5 ablations: W_t = W_{-1} at every step (no GRU); A_t without Ã (no refinement from
         # the nodes, so every adjacency entry follows the same content-free recurrence)
         self.dynamic_weight, self.dynamic_adjacency = dynamic_weight, dynamic_adjacency
         # (what an ablation does not use is not built: its parameters would get no gradient)
-        self.attention = (GraphAttentionCoefficients(dim, attention_dim or dim, scores=attention_scores)
+        self.attention = (GraphAttentionCoefficients(self.node_dim, attention_dim or dim, scores=attention_scores)
                           if dynamic_adjacency else None)
         self.weight = EvolvingWeight(dim, evolving=dynamic_weight, takes_inputs=takes_inputs)
         self.refine = nn.Linear(1, 1)  # eq. 7's Linear, one weight and bias for every entry
@@ -353,13 +359,13 @@ class DynamicGCN(nn.Module):
         batch = nodes.size(0)
         fresh = torch.tensor([0.0, 1.0], device=nodes.device).expand(batch, 2)  # A_{-1} = I
         return DynamicGCNState(self.weight.initial_state(batch), nodes.new_zeros(batch, 0, 0, dtype=torch.float32),
-                               nodes.new_zeros(batch, 0, self.dim), fresh)
+                               nodes.new_zeros(batch, 0, self.node_dim), fresh)
 
     def step(self, inputs: Optional[Tensor], node_mask: Optional[Tensor], state: DynamicGCNState,
              sog: Optional[Tensor] = None, gold_previous: Optional[Tensor] = None,
              edge_inputs: Optional[Tensor] = None, edge_scores: Optional[Tensor] = None):
-        """inputs (B, n, g) = Y^{l-1}_t of the nodes 0..t (n = t + 1), None when they are all 0 (the first layer's
-        Y^0: only <sog> then reaches the nodes, and nothing of the inputs is computed); node_mask (B, n) True on
+        """inputs (B, n, node_dim) = Y^{l-1}_t of the nodes 0..t (n = t + 1), None when they are all 0 (the first
+        layer's Y^0: only <sog> then reaches the nodes, and nothing of the inputs is computed); node_mask (B, n) True on
         real nodes (None: all real, the case of every decoder step: no mask is applied);
         gold_previous (B, t, t): the gold graph of the nodes 0..t-1 (teacher-forced adjacency); edge_inputs
         (B, n, g): what "own_step" computes Ã_t from (ignored by "next_step"); edge_scores (B, n, n): "own_step"'s
@@ -404,6 +410,8 @@ class DynamicGCN(nn.Module):
         if node_mask is not None:
             real = node_mask.to(torch.float32)
             adjacency = adjacency * real.unsqueeze(1) * real.unsqueeze(2)
+        if inputs is not None and self.to_graph is not None:
+            inputs = self.to_graph(inputs)
         weight = self.weight(inputs, node_mask, state.weight) if self.dynamic_weight else state.weight
         if inputs is not None:
             convolved = torch.relu(normalized_propagation(adjacency, node_mask, inputs, sog) @ weight)

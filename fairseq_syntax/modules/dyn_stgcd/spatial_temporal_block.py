@@ -83,19 +83,23 @@ class Block(nn.Module):
     def __init__(self, index: int, count: int, dim: int, encoder_dim: int, heads: int, kernel_size: int,
                  dropout: float, attention_dropout: float, encoder_attention: bool, walk_dims: int,
                  target_walks: Optional[WalkFeatures], ablations: Sequence[str], graph_attention: str,
-                 new_node_edges: str, residual: bool):
+                 new_node_edges: str, residual: bool, graph_dim: Optional[int] = None):
         super().__init__()
         self.index, self.first, self.last = index, index == 0, index == count - 1
         self.dim = dim
         self.residual = residual
         self.spatial = "no_spatial" not in ablations
+        # graph_dim: the width of the graph convolution and its evolving weights, the nodes' `dim` (the paper)
+        # unless they are wider (--dyn-stgcd-node-dim; DynamicGCN projects its inputs down)
+        graph_dim = graph_dim or dim
         # no_spatial: no graph convolution built (its parameters would get no gradient)
-        self.gcn = (DynamicGCN(dim, dynamic_weight="static_weight" not in ablations,
+        self.gcn = (DynamicGCN(graph_dim, dynamic_weight="static_weight" not in ablations,
                                dynamic_adjacency="static_adjacency" not in ablations,
                                attention_scores=graph_attention, takes_inputs=not self.first,
-                               new_node_edges=new_node_edges)
+                               new_node_edges=new_node_edges, node_dim=dim)
                     if self.spatial else None)
-        in_dim = dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
+        convolved_dim = graph_dim if self.spatial else dim
+        in_dim = convolved_dim + (dim if self.first else 0) + (walk_dims if self.last else 0)
         self.mlp = MLP(in_dim, dim, dropout)
         self.target_walks = target_walks
         self.encoder_attention = None
